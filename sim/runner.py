@@ -1,0 +1,184 @@
+"""The one runner every cocotb testbench goes through.
+
+``run(design, "tb.fp.cocotb_fp")`` emits the design's Verilog (``sim.rtl``), builds it with
+Verilator once per configuration into ``build/sim/<name>/<key>[-<trace>]/`` and reuses that build
+while the Verilog and flags are unchanged, runs the cocotb module through
+``cocotb_tools.runner``, and raises :class:`SimulationFailed` when the results file is missing,
+records no test at all, or records a failure. The seed is always chosen here and printed, so any
+run can be repeated with ``--seed``.
+"""
+
+import hashlib
+import json
+import os
+import random
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import rtl, tools
+from . import waves as waves_mod
+
+__all__ = ["Build", "RunResult", "SimulationFailed", "build", "run"]
+
+#: Verilator warnings that Yosys-emitted Verilog triggers by construction. They are waived only
+#: for the generated files (see sim/verilator/yosys_waivers.vlt), never globally.
+WAIVER_FILE = Path(__file__).resolve().parent / "verilator" / "yosys_waivers.vlt"
+
+#: Speed over debuggability for the C++ model; X values do not exist in Amaranth designs.
+VERILATOR_ARGS = ["--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal", "-O3"]
+
+
+class SimulationFailed(AssertionError):
+    """A cocotb run that failed, crashed, or ran no test."""
+
+
+@dataclass(frozen=True)
+class Build:
+    design: rtl.Design
+    directory: Path
+    verilog: Path
+    sidecar: Path
+    trace: str | None  # None, "vcd" or "fst"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    tests: int
+    failures: int
+    seed: int
+    results_xml: Path
+    waves: Path | None
+    gtkw: Path | None
+
+
+def _trace_format(waves: bool) -> str | None:
+    if not waves:
+        return None
+    if tools.fst_supported():
+        return "fst"
+    print("sim: lz4.h not found (Debian: liblz4-dev), so FST tracing is unavailable; "
+          "writing VCD instead", file=sys.stderr)
+    return "vcd"
+
+
+def _runner():
+    os.environ.update(tools.verilator_env())
+    from cocotb_tools.runner import get_runner
+
+    return get_runner("verilator")
+
+
+def build(design: rtl.Design, *, waves: bool = False) -> Build:
+    """Emit and compile ``design``; reuse the previous build when nothing changed."""
+    trace = _trace_format(waves)
+    directory = rtl.BUILD_ROOT / "sim" / design.name / (design.key + (f"-{trace}" if trace else ""))
+    verilog_path, sidecar_path = rtl.emit(design, directory / "rtl")
+    build_args = list(VERILATOR_ARGS)
+    if trace == "fst":
+        build_args += ["--trace-fst", "--trace-structs"]
+    stamp = hashlib.sha256(json.dumps({
+        "verilog": hashlib.sha256(verilog_path.read_bytes()).hexdigest(),
+        "waivers": hashlib.sha256(WAIVER_FILE.read_bytes()).hexdigest(),
+        "args": build_args,
+        "trace": trace,
+        "cxxflags": tools.verilator_env().get("CXXFLAGS", ""),
+        "verilator": tools.verilator_version(tools.verilator_env().get("PATH")),
+    }, sort_keys=True).encode()).hexdigest()
+    obj_dir = directory / "obj"
+    stamp_file = obj_dir / "trainingcxl.stamp"
+    if not ((obj_dir / design.name).exists() and stamp_file.exists()
+            and stamp_file.read_text() == stamp):
+        runner = _runner()
+        runner.build(
+            sources=[WAIVER_FILE, verilog_path],
+            hdl_toplevel=design.name,
+            build_dir=obj_dir,
+            build_args=build_args,
+            waves=trace is not None,
+            timescale=("1ns", "1ps"),
+            always=True,
+        )
+        stamp_file.write_text(stamp)
+    return Build(design, directory, verilog_path, sidecar_path, trace)
+
+
+def _count_results(results_xml: Path) -> tuple[int, int, list[str]]:
+    if not results_xml.exists():
+        raise SimulationFailed(f"no results file at {results_xml}: the simulator crashed "
+                               "before cocotb could record anything")
+    tests, failed = 0, []
+    for case in ET.parse(results_xml).getroot().iter("testcase"):
+        tests += 1
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed.append(case.get("name", "?"))
+    return tests, len(failed), failed
+
+
+def run(design: rtl.Design, test_module: str, *, testcase: str | None = None,
+        test_filter: str | None = None, seed: int | None = None, waves: bool = False,
+        extra_env: dict[str, str] | None = None, run_name: str | None = None) -> RunResult:
+    """Build ``design`` (or reuse its build) and run the cocotb tests in ``test_module``.
+
+    ``seed`` defaults to ``$TRAININGCXL_SEED`` or a fresh random one; it is printed and
+    appears in the failure message with the way to repeat the run.
+    """
+    if seed is None:
+        seed = int(os.environ.get("TRAININGCXL_SEED", random.randrange(2**31)))
+    waves = waves or os.environ.get("WAVES", "") not in ("", "0")
+    built = build(design, waves=waves)
+    run_dir = built.directory / "runs" / (run_name or test_module.rsplit(".", 1)[-1])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    results_xml = run_dir / "results.xml"
+    results_xml.unlink(missing_ok=True)
+    for stale in ("dump.vcd", "dump.fst"):
+        (run_dir / stale).unlink(missing_ok=True)
+    env = {
+        rtl.SIDECAR_ENV: str(built.sidecar),
+        # cocotbext-axi still calls APIs that cocotb 2 deprecated; hide only those.
+        "PYTHONWARNINGS": "ignore::DeprecationWarning:cocotbext.axi,"
+                          "ignore::DeprecationWarning:cocotb_bus",
+        **(extra_env or {}),
+    }
+    print(f"sim: {design.name} [{design.key}] {test_module} seed={seed} "
+          f"(repeat with TRAININGCXL_SEED={seed})", flush=True)
+    # The simulator imports the test module from its own working directory: make sure the
+    # project's packages resolve even when it is not pip-installed.
+    if str(rtl.PROJECT_ROOT) not in sys.path:
+        sys.path.insert(0, str(rtl.PROJECT_ROOT))
+    runner = _runner()
+    try:
+        runner.test(
+            test_module=test_module,
+            hdl_toplevel=design.name,
+            hdl_toplevel_lang="verilog",
+            build_dir=built.directory / "obj",
+            test_dir=run_dir,
+            testcase=testcase,
+            test_filter=test_filter,
+            seed=seed,
+            waves=built.trace is not None,
+            extra_env=env,
+            results_xml=str(results_xml),
+            timescale=("1ns", "1ps"),
+        )
+    except SystemExit as exc:  # cocotb's runner exits on simulator failure under pytest
+        if not results_xml.exists():
+            raise SimulationFailed(f"{design.name}: simulator exited with {exc.code} "
+                                   f"(seed {seed})") from None
+    tests, failures, failed = _count_results(results_xml)
+    wave_file = gtkw = None
+    if built.trace:
+        wave_file = run_dir / f"dump.{built.trace}"
+        gtkw = waves_mod.write_gtkw(built, wave_file)
+        print(f"sim: waves  {wave_file}\nsim: layout {gtkw}", flush=True)
+    if tests == 0:
+        raise SimulationFailed(
+            f"{design.name}: {test_module} ran no test (filter {testcase or test_filter!r}); "
+            f"results in {results_xml}")
+    if failures:
+        raise SimulationFailed(
+            f"{design.name}: {failures} of {tests} cocotb tests failed: {', '.join(failed)}; "
+            f"seed {seed}: repeat with TRAININGCXL_SEED={seed}; results in {results_xml}")
+    return RunResult(tests, failures, seed, results_xml, wave_file, gtkw)

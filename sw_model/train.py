@@ -1,0 +1,148 @@
+"""The golden training loop.
+
+One step for batch N (data from `sw_model.data.make_batch(preset, N)`):
+
+1. pooled = embedding_bag_tbe(tables, ...) (the device's lookup);
+2. MLP forward, BCE loss, backward -> MLP gradients and d(loss)/d(pooled) (B, F*D) float32;
+3. tables = sparse_sgd_update(tables, d_pooled, ..., lr, max_unique_rows) (the device's update);
+4. MLP = MLP - lr * gradients (the host's step).
+
+Both optimizers use `preset.lr`. Training is deterministic: the same preset (seed) and start
+state give the same bits. A run can start from any `TrainState` (tables, MLP, next batch
+number) and stop after any batch, which is how `sw_model.checkpoint` resumes after a crash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .data import make_batch
+from .dlrm import MLPParams, bce_loss, dense_backward, dense_forward, init_params, sgd_step
+from .dlrm import pool_embeddings as _pool_embeddings
+from .embedding import sparse_sgd_update
+from .presets import Preset
+
+__all__ = [
+    "BatchRecord",
+    "TrainResult",
+    "TrainState",
+    "initial_state",
+    "table_digest",
+    "train",
+    "train_step",
+]
+
+
+def table_digest(table: np.ndarray) -> str:
+    """sha256 hex digest of a table's row-major little-endian float32 bytes."""
+    return hashlib.sha256(np.ascontiguousarray(table, dtype="<f4").tobytes()).hexdigest()
+
+
+@dataclass(eq=False)
+class TrainState:
+    """Model state before batch `next_batch`: the tables are after batch next_batch - 1."""
+
+    tables: list[np.ndarray]
+    mlp: MLPParams
+    next_batch: int = 0
+
+    def copy(self) -> TrainState:
+        return TrainState([t.copy() for t in self.tables], self.mlp.copy(), self.next_batch)
+
+
+def initial_state(preset: Preset) -> TrainState:
+    tables, mlp = init_params(preset)
+    return TrainState(tables, mlp, 0)
+
+
+@dataclass(frozen=True, eq=False)
+class BatchRecord:
+    """What one batch produced."""
+
+    number: int
+    pooled: np.ndarray | None  # (B, F*D) float32 lookup output (None if not recorded)
+    loss: float  # BCE of this batch's forward pass (before its update)
+    table_digests: tuple[str, ...]  # every table after the update
+    mlp_digest: str  # MLP parameters after the step
+    update_chunks: list[list[tuple[int, int]]]  # distinct (table, row) per update chunk
+
+
+@dataclass(frozen=True, eq=False)
+class TrainResult:
+    records: list[BatchRecord] = field(default_factory=list)
+    state: TrainState | None = None  # after the last trained batch
+
+    @property
+    def losses(self) -> np.ndarray:
+        return np.array([r.loss for r in self.records])
+
+
+def _check_state(preset: Preset, state: TrainState) -> None:
+    if len(state.tables) != preset.num_tables:
+        raise ValueError(
+            f"state has {len(state.tables)} tables, preset {preset.name!r} has {preset.num_tables}"
+        )
+    for t, (table, rows) in enumerate(zip(state.tables, preset.table_rows, strict=True)):
+        if table.shape != (rows, preset.dim) or table.dtype != np.float32:
+            raise ValueError(
+                f"table {t} is {table.dtype} {table.shape}; preset {preset.name!r} needs "
+                f"float32 {(rows, preset.dim)}"
+            )
+    if state.next_batch < 0:
+        raise ValueError(f"next_batch must be >= 0, got {state.next_batch}")
+
+
+def train_step(
+    preset: Preset,
+    state: TrainState,
+    *,
+    max_unique_rows: int | None = None,
+    record_pooled: bool = True,
+) -> BatchRecord:
+    """Train batch `state.next_batch`, updating `state` in place; returns its record."""
+    batch = make_batch(preset, state.next_batch)
+    pooled = _pool_embeddings(state.tables, batch, preset)
+    fwd = dense_forward(state.mlp, batch.dense, pooled, preset.interaction)
+    loss = float(bce_loss(fwd.probs, batch.labels))
+    grads, d_pooled = dense_backward(state.mlp, fwd, batch.labels)
+    update = sparse_sgd_update(
+        state.tables, d_pooled, batch.indices, batch.offsets, preset.table_modes, preset.lr,
+        batch.per_sample_weights, max_unique_rows=max_unique_rows, inplace=True,
+    )
+    state.mlp = sgd_step(state.mlp, grads, preset.lr)
+    state.next_batch += 1
+    return BatchRecord(
+        number=batch.number,
+        pooled=pooled if record_pooled else None,
+        loss=loss,
+        table_digests=tuple(table_digest(t) for t in state.tables),
+        mlp_digest=state.mlp.digest(),
+        update_chunks=update.chunks,
+    )
+
+
+def train(
+    preset: Preset,
+    state: TrainState | None = None,
+    *,
+    stop: int | None = None,
+    max_unique_rows: int | None = None,
+    record_pooled: bool = True,
+) -> TrainResult:
+    """Train batches state.next_batch .. stop-1 (default: from the initial state to the end).
+
+    `state` is copied, never modified. `stop` defaults to `preset.num_batches`.
+    """
+    state = initial_state(preset) if state is None else state.copy()
+    _check_state(preset, state)
+    stop = preset.num_batches if stop is None else stop
+    if stop < state.next_batch:
+        raise ValueError(f"stop ({stop}) is before the next batch ({state.next_batch})")
+    records = [
+        train_step(preset, state, max_unique_rows=max_unique_rows, record_pooled=record_pooled)
+        for _ in range(state.next_batch, stop)
+    ]
+    return TrainResult(records, state)

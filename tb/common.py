@@ -1,0 +1,41 @@
+"""Helpers shared by every cocotb testbench: clock, reset, seeded randomness, pause patterns."""
+
+import itertools
+import random
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge
+
+__all__ = ["CLOCK_PERIOD_NS", "pause_pattern", "reset", "rng", "start_clock"]
+
+CLOCK_PERIOD_NS = 10
+
+
+def start_clock(dut, period_ns: int = CLOCK_PERIOD_NS) -> None:
+    """Drive ``dut.clk`` from C (``impl="gpi"``): Python wakes only when a test awaits."""
+    Clock(dut.clk, period_ns, unit="ns", impl="gpi").start()
+
+
+async def reset(dut, cycles: int = 2) -> None:
+    """Amaranth's ``sync`` reset is ``rst``, active high, synchronous."""
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, cycles)
+    dut.rst.value = 0
+    await RisingEdge(dut.clk)
+
+
+def rng(stream: int = 0) -> np.random.Generator:
+    """A NumPy generator seeded from cocotb's seed (printed by ``sim.runner``) and a stream id,
+    so two independent random sources in one test do not share draws."""
+    return np.random.default_rng([cocotb.RANDOM_SEED, stream])
+
+
+def pause_pattern(seed: int, busy: float):
+    """An endless 0/1 pattern for cocotbext-axi ``set_pause_generator``: 1 pauses the channel
+    with probability ``busy``. Seeded, so the back-pressure sequence repeats with the seed."""
+    if not 0.0 <= busy < 1.0:
+        raise ValueError(f"busy must be in [0, 1), not {busy!r}")
+    draw = random.Random(seed)
+    return (int(draw.random() < busy) for _ in itertools.count())

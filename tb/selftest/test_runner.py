@@ -1,0 +1,35 @@
+"""The simulation flow fails loudly: a failing cocotb test or a run with no test is an error."""
+
+import pytest
+
+from sim.rtl import Design
+from sim.runner import SimulationFailed, run
+
+pytestmark = pytest.mark.sim
+
+DESIGN = Design("selftest_accumulator", "tb.selftest.counter:Accumulator", {"width": 12})
+MODULE = "tb.selftest.cocotb_counter"
+
+
+def test_passing_tests_are_reported():
+    result = run(DESIGN, MODULE, run_name="pass")
+    assert result.tests == 2
+    assert result.failures == 0
+
+
+def test_a_failing_cocotb_test_fails_the_run():
+    with pytest.raises(SimulationFailed, match=r"1 of 2 cocotb tests failed: .*fails_when_asked"):
+        run(DESIGN, MODULE, run_name="fail", extra_env={"SELFTEST_MUST_FAIL": "1"})
+
+
+def test_a_run_that_executes_no_test_fails():
+    with pytest.raises(SimulationFailed, match="ran no test"):
+        run(DESIGN, MODULE, run_name="none", testcase="no_such_test")
+
+
+def test_waves_and_gtkw_are_written():
+    result = run(DESIGN, MODULE, run_name="waves", testcase="accumulates", waves=True)
+    assert result.waves is not None and result.waves.stat().st_size > 0
+    text = result.gtkw.read_text()
+    assert "TOP.selftest_accumulator.i__payload[11:0]" in text
+    assert "-i" in text.splitlines()
