@@ -8,7 +8,6 @@
     nox -s rtl -- tiny          Verilog + JSON sidecars of every top for a preset
 """
 
-import os
 
 import nox
 

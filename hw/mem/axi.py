@@ -9,7 +9,7 @@ Only INCR bursts are used; ``arsize``/``awsize`` are always the full data width.
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["AXI4Signature", "AXI4LiteSignature"]
+__all__ = ["AXI4LiteSignature", "AXI4Signature"]
 
 _VALID_DATA_WIDTHS = (32, 64, 128, 256, 512, 1024)
 
