@@ -1,0 +1,13 @@
+"""Pipelined IEEE-754 binary32 arithmetic: round to nearest even, subnormals kept.
+
+:class:`FPAdd` and :class:`FPMul` are single units; :class:`FPLanes` puts several side by side
+behind one stream (16 lanes of binary32 fill a 64-byte line). All are valid-only pipelines
+that accept one operation per cycle and expose their depth as ``latency``.
+"""
+
+from .add import ADD_OPERANDS, FPAdd
+from .common import QUIET_NAN
+from .lanes import FPLanes
+from .mul import MUL_OPERANDS, FPMul
+
+__all__ = ["ADD_OPERANDS", "MUL_OPERANDS", "QUIET_NAN", "FPAdd", "FPLanes", "FPMul"]

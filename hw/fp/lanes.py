@@ -1,0 +1,122 @@
+"""Several binary32 units side by side, sharing one valid and one pipeline."""
+
+from amaranth.hdl import Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .add import FPAdd
+from .common import check_stages, delay
+from .mul import FPMul
+
+__all__ = ["FPLanes"]
+
+_UNITS = {"add": FPAdd, "mul": FPMul}
+
+
+class FPLanes(wiring.Component):
+    """``lanes`` independent :class:`FPAdd` or :class:`FPMul` units behind one stream.
+
+    Lane ``k`` computes ``a[k] op b[k]``; for ``op="add"`` a single ``sub`` bit selects
+    subtraction for every lane. Sixteen lanes of binary32 are one 64-byte line. The lanes share
+    ``valid`` (and the optional tag), so the latency is that of one unit.
+
+    Parameters
+    ----------
+    op : ``"add"`` or ``"mul"``
+        The operation.
+    lanes : int
+        Number of lanes, at least 1.
+    stages : int or None
+        Register stages of each unit (see :class:`FPAdd` / :class:`FPMul`); ``None`` selects
+        the unit's default.
+    tag_width : int
+        Width of a user tag carried alongside the operands and returned with the results
+        (for example a row slot). 0, the default, leaves the payloads without a tag.
+
+    Members
+    -------
+    i : ``In(stream.Signature(..., always_ready=True))``
+        ``{"a": ArrayLayout(32, lanes), "b": ArrayLayout(32, lanes)}``, plus ``"sub": 1``
+        when ``op="add"`` and ``"tag": tag_width`` when ``tag_width > 0``.
+    o : ``Out(stream.Signature(..., always_ready=True))``
+        ``ArrayLayout(32, lanes)``; with a tag, ``{"result": ArrayLayout(32, lanes),
+        "tag": tag_width}``.
+
+    Raises
+    ------
+    TypeError
+        If ``lanes``, ``stages`` or ``tag_width`` is not an integer.
+    ValueError
+        If ``op`` is unknown or ``lanes``, ``stages`` or ``tag_width`` is out of range.
+    """
+
+    def __init__(self, *, op, lanes=16, stages=None, tag_width=0):
+        if op not in _UNITS:
+            raise ValueError(f"Operation must be 'add' or 'mul', not {op!r}")
+        if not isinstance(lanes, int) or isinstance(lanes, bool):
+            raise TypeError(f"Lane count must be an integer, not {lanes!r}")
+        if lanes < 1:
+            raise ValueError(f"Lane count must be at least 1, not {lanes!r}")
+        if not isinstance(tag_width, int) or isinstance(tag_width, bool):
+            raise TypeError(f"Tag width must be an integer, not {tag_width!r}")
+        if tag_width < 0:
+            raise ValueError(f"Tag width must be at least 0, not {tag_width!r}")
+        unit = _UNITS[op]
+        self._op = op
+        self._lanes = lanes
+        self._tag_width = tag_width
+        self._stages = check_stages(stages, default=unit.DEFAULT_STAGES,
+                                    maximum=len(unit.CUTS) - 1)
+
+        vector = data.ArrayLayout(32, lanes)
+        operands = {"a": vector, "b": vector}
+        if op == "add":
+            operands["sub"] = 1
+        if tag_width:
+            operands["tag"] = tag_width
+            results = data.StructLayout({"result": vector, "tag": tag_width})
+        else:
+            results = vector
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout(operands), always_ready=True)),
+            "o": Out(stream.Signature(results, always_ready=True)),
+        })
+
+    @property
+    def op(self):
+        return self._op
+
+    @property
+    def lanes(self):
+        return self._lanes
+
+    @property
+    def tag_width(self):
+        return self._tag_width
+
+    @property
+    def latency(self):
+        """Cycles from ``i.valid`` to the matching ``o.valid``; equal to the register stages."""
+        return self._stages
+
+    def elaborate(self, platform):
+        m = Module()
+        results = self.o.payload.result if self._tag_width else self.o.payload
+        units = []
+        for index in range(self._lanes):
+            unit = m.submodules[f"lane_{index}"] = _UNITS[self._op](stages=self._stages)
+            units.append(unit)
+            m.d.comb += [
+                unit.i.valid.eq(self.i.valid),
+                unit.i.payload.a.eq(self.i.payload.a[index]),
+                unit.i.payload.b.eq(self.i.payload.b[index]),
+                results[index].eq(unit.o.payload),
+            ]
+            if self._op == "add":
+                m.d.comb += unit.i.payload.sub.eq(self.i.payload.sub)
+        # Every lane's valid chain is identical; synthesis drops all but the one used here.
+        m.d.comb += self.o.valid.eq(units[0].o.valid)
+        if self._tag_width:
+            m.d.comb += self.o.payload.tag.eq(
+                delay(m, self.i.payload.tag, self.latency, name="tag", reset_less=True))
+        return m
