@@ -6,6 +6,7 @@
     nox -s sim -- -k fp --waves cocotb testbenches in Verilator (posargs go to pytest)
     nox -s lint                 ruff, and verilator --lint-only over every generated top
     nox -s rtl -- tiny          Verilog + JSON sidecars of every top for a preset
+    nox -s synth -- --board ulx3s-85f   ECP5 bitstream + Fmax/utilisation (YoWASP toolchain)
 """
 
 
@@ -71,6 +72,18 @@ def rtl(session):
     """Emit Verilog and JSON sidecars for a preset: `nox -s rtl -- tiny [--top NAME]`."""
     _install(session)
     session.run("python", "-m", "hw.tops", *session.posargs, env=ENV)
+
+
+@nox.session
+def synth(session):
+    """ECP5 builds with the YoWASP toolchain: `nox -s synth -- --board ulx3s-85f` (a board:
+    bitstream, report, summary.json) or `nox -s synth -- blocks [--block fp_add]` (per-block
+    Fmax and utilisation table)."""
+    _install(session, "fpga")
+    if session.posargs[:1] == ["blocks"]:
+        session.run("python", "-m", "boards.blocks", *session.posargs[1:], env=ENV)
+    else:
+        session.run("python", "-m", "boards.synth", *session.posargs, env=ENV)
 
 
 @nox.session
