@@ -49,6 +49,7 @@ class ErrorCode(enum.Enum, shape=4):
     OFFSETS_PAST_END = 7      # an offset above num_indices, or the last one != num_indices
     INDEX_OUT_OF_RANGE = 8    # index >= rows of its table
     BUS_ERROR = 9             # SLVERR/DECERR from memory
+    OFFSETS_NOT_FROM_ZERO = 10  # offsets[0] != 0 (the golden model requires a zero start)
 
 
 def table_layout(addr_width: int) -> data.StructLayout:

@@ -38,24 +38,26 @@ class FPAdd(wiring.Component):
     One operation per cycle, no back-pressure: ``o.valid`` is ``i.valid`` delayed by
     :attr:`latency` cycles.
 
-    The datapath is a sequence of steps with a register boundary after each:
+    The datapath is a sequence of steps, each ending at a named register boundary:
 
     ============= ===============================================================================
-    ``swap``      unpack, classify, order the operands by magnitude, exponent difference
-    ``align``     shift the smaller significand right, jamming lost bits into a sticky bit
+    ``compare``   unpack and classify; compare magnitudes; both exponent differences
+    ``swap``      order the operands so that ``|big| >= |small|``; alignment shift and its
+                  lost-bit mask
+    ``align``     shift the smaller significand right, jamming lost bits into a sticky bit;
+                  precompute the exponent floor marker for normalization
     ``sum``       add or subtract the aligned significands (one carry chain)
-    ``lzc``       count leading zeros, limited so the exponent stays >= 1 (subnormal result)
-    ``normalize`` shift left, adjust the exponent
-    ``output``    round to nearest even, pack, substitute infinity/NaN
+    ``lzc``       count leading zeros; the marker stops the count where the exponent would
+                  drop below 1, which yields subnormal results (gradual underflow)
+    ``normalize`` shift left, compute the result exponent, detect overflow
+    ``output``    round to nearest even, substitute infinity/NaN, pack
     ============= ===============================================================================
-
-    :data:`CUTS` lists which boundaries hold registers at each depth.
 
     Parameters
     ----------
     stages : int or None
-        Number of register stages, from 0 (combinational) to 6; ``None`` selects
-        :data:`DEFAULT_STAGES`.
+        Number of register stages, from 0 (combinational) to 7; ``None`` selects
+        :data:`DEFAULT_STAGES` (7). Stage ``k`` registers the boundaries ``CUTS[k]``.
 
     Members
     -------
@@ -74,19 +76,22 @@ class FPAdd(wiring.Component):
 
     BOUNDARIES = ("compare", "swap", "align", "sum", "lzc", "normalize", "output")
 
-    #: Register boundaries at each depth (index = depth), chosen by measured ECP5 timing.
+    #: Register boundaries at each depth (index = depth). At the full depth every step gets its
+    #: own stage, each 5-6.5 ns on ECP5-85F speed grade 6; shallower pipelines merge adjacent
+    #: steps into the most even groups by those measured delays.
     CUTS = (
         (),
         ("output",),
         ("sum", "output"),
-        ("swap", "sum", "output"),
-        ("swap", "sum", "normalize", "output"),
-        ("swap", "align", "sum", "normalize", "output"),
-        ("compare", "swap", "align", "sum", "normalize", "output"),
+        ("align", "lzc", "output"),
+        ("swap", "sum", "lzc", "output"),
+        ("compare", "align", "sum", "lzc", "output"),
+        ("compare", "align", "sum", "lzc", "normalize", "output"),
         ("compare", "swap", "align", "sum", "lzc", "normalize", "output"),
     )
 
-    DEFAULT_STAGES = 5
+    #: About 155-160 MHz for one unit on ECP5-85F speed grade 6 (one fewer stage: about 95).
+    DEFAULT_STAGES = 7
 
     def __init__(self, *, stages=None):
         self._stages = check_stages(stages, default=self.DEFAULT_STAGES,
@@ -120,23 +125,22 @@ class FPAdd(wiring.Component):
         b_magnitude = self.i.payload.b[:31]
         swap = wire(m, b_magnitude > a_magnitude, name="swap")
         effective_sub = wire(m, a.sign ^ b_sign, name="effective_sub")
-        # An exact cancellation is +0 under round to nearest; otherwise the larger sign wins
-        # (which also gives -0 + -0 = -0 and the sign of an infinite operand).
-        exact_cancellation = effective_sub & (a_magnitude == b_magnitude)
         s = pipe.boundary(
             "compare",
-            a_significand=a.significand, a_exponent=a.exponent,
-            b_significand=b.significand, b_exponent=b.exponent,
+            a_significand=a.significand, a_exponent=a.exponent, a_sign=a.sign,
+            b_significand=b.significand, b_exponent=b.exponent, b_sign=b_sign,
             swap=swap,
             shift_if_a_larger=_clamp_shift(a.exponent - b.exponent),
             shift_if_b_larger=_clamp_shift(b.exponent - a.exponent),
-            sign=Mux(swap, b_sign, a.sign) & ~exact_cancellation,
+            exact_cancellation=effective_sub & (a_magnitude == b_magnitude),
             effective_sub=effective_sub,
             is_inf=a.is_inf | b.is_inf,
             is_nan=a.is_nan | b.is_nan | (a.is_inf & b.is_inf & effective_sub),
         )
 
-        # swap: order the operands so that |big| >= |small|.
+        # swap: order the operands so that |big| >= |small|. An exact cancellation is +0 under
+        # round to nearest; otherwise the larger operand's sign wins (which also gives
+        # -0 + -0 = -0 and the sign of an infinite operand).
         shift = wire(m, Mux(s.swap, s.shift_if_b_larger, s.shift_if_a_larger), name="shift")
         s = pipe.boundary(
             "swap",
@@ -145,7 +149,8 @@ class FPAdd(wiring.Component):
             exponent=Mux(s.swap, s.b_exponent, s.a_exponent),
             shift=shift,
             lost_mask=lost_bits_mask(m, shift, _ALIGNED_WIDTH, name="lost_mask"),
-            sign=s.sign, effective_sub=s.effective_sub, is_inf=s.is_inf, is_nan=s.is_nan,
+            sign=Mux(s.swap, s.b_sign, s.a_sign) & ~s.exact_cancellation,
+            effective_sub=s.effective_sub, is_inf=s.is_inf, is_nan=s.is_nan,
         )
 
         # align: both significands get three zero bits below (guard, round, sticky) and the
@@ -171,10 +176,13 @@ class FPAdd(wiring.Component):
         inverted_small = s.small ^ s.effective_sub.replicate(_ALIGNED_WIDTH)
         total = (Cat(s.effective_sub, Const(0, 3), s.big, Const(0, 1))
                  + Cat(s.effective_sub, inverted_small, s.effective_sub))
+        # The marker is merged here, one LUT after the carry chain, so that the next stage is
+        # a bare leading-zero count: with the OR inside it, that stage was the slowest.
+        total = wire(m, total[1:_SUM_WIDTH + 1], name="total")
         s = pipe.boundary(
             "sum",
-            total=total[1:_SUM_WIDTH + 1],
-            marker=s.marker, exponent_plus_one=s.exponent_plus_one,
+            total=total, marked_total=total | s.marker,
+            exponent_plus_one=s.exponent_plus_one,
             near_overflow=s.near_overflow, sign=s.sign, is_inf=s.is_inf, is_nan=s.is_nan,
         )
 
@@ -183,7 +191,7 @@ class FPAdd(wiring.Component):
         s = pipe.boundary(
             "lzc",
             total=s.total,
-            normalize_shift=leading_zeros(m, s.total | s.marker, name="normalize_shift"),
+            normalize_shift=leading_zeros(m, s.marked_total, name="normalize_shift"),
             exponent_plus_one=s.exponent_plus_one,
             near_overflow=s.near_overflow, sign=s.sign, is_inf=s.is_inf, is_nan=s.is_nan,
         )

@@ -1,15 +1,15 @@
 """Pipelined binary32 multiplier."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, unsigned
+from amaranth.hdl import Cat, Module, Mux, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .common import (
-    QUIET_NAN,
     Pipeline,
     check_stages,
     delay,
     leading_zeros,
+    lost_bits_mask,
     round_and_pack,
     shift_right_jam,
     unpack,
@@ -25,6 +25,8 @@ MUL_OPERANDS = data.StructLayout({"a": 32, "b": 32})
 # ECP5 MULT18X18D, and registering them (the ``multiply`` boundary) keeps the slow DSP path
 # and the adder tree that recombines them in different stages.
 _HALF = 12
+# The product reduced for rounding: 24 significand bits, guard, round and a sticky bit.
+_REDUCED_WIDTH = 27
 
 
 class FPMul(wiring.Component):
@@ -38,28 +40,27 @@ class FPMul(wiring.Component):
     One operation per cycle, no back-pressure: ``o.valid`` is ``i.valid`` delayed by
     :attr:`latency` cycles.
 
-    Subnormal operands are normalized *before* the multiplier, so the product always has its
-    leading one in one of its top two bits; the only variable shift after the multiplier is
-    the right shift that produces a subnormal result. The datapath steps, each followed by a
-    register boundary:
+    Subnormal operands are normalized *before* the multiplier, so a nonzero product always has
+    its leading one in one of its top two bits; the only variable shift after the multiplier
+    is the right shift that produces a subnormal result. The datapath steps, each ending at a
+    named register boundary:
 
     ================ ============================================================================
-    ``classify``     unpack, classify, count leading zeros of each significand
-    ``prenormalize`` shift subnormal significands left, sum the exponents
-    ``multiply``     four 12x12 partial products (DSP blocks)
-    ``product``      add the partial products into the 48-bit product
-    ``normalize``    one-bit normalization, sticky reduction to 27 bits, underflow shift amount
-    ``denormalize``  shift right for subnormal results, jamming lost bits into the sticky bit
-    ``output``       round to nearest even, pack, substitute infinity/NaN
+    ``classify``     unpack and classify; leading zeros of subnormal fractions; exponent sum
+    ``prenormalize`` shift subnormal significands left; total shift and biased exponent
+    ``multiply``     four 12x12 partial products (one MULT18X18D each); result exponent
+    ``product``      carry-save add of the partial products, then one carry chain; exponent,
+                     underflow shift and overflow for both positions of the leading one
+    ``normalize``    one-bit normalization, sticky reduction to 27 bits, lost-bit mask
+    ``denormalize``  right shift for subnormal results, jamming lost bits into the sticky bit
+    ``output``       round to nearest even, substitute infinity/NaN, pack
     ================ ============================================================================
-
-    :data:`CUTS` lists which boundaries hold registers at each depth.
 
     Parameters
     ----------
     stages : int or None
         Number of register stages, from 0 (combinational) to 7; ``None`` selects
-        :data:`DEFAULT_STAGES`.
+        :data:`DEFAULT_STAGES` (7). Stage ``k`` registers the boundaries ``CUTS[k]``.
 
     Members
     -------
@@ -79,21 +80,24 @@ class FPMul(wiring.Component):
     BOUNDARIES = ("classify", "prenormalize", "multiply", "product", "normalize", "denormalize",
                   "output")
 
-    #: Register boundaries at each depth (indexed by depth). The DSP blocks are the slowest element, so from
-    #: depth 3 on they get registers on both sides.
+    #: Register boundaries at each depth (index = depth). At the full depth every step gets its
+    #: own stage; shallower pipelines merge adjacent steps into the most even groups by the
+    #: measured ECP5 delays (the DSP stage is the slowest, about 7.5 ns).
     CUTS = (
         (),
         ("output",),
         ("multiply", "output"),
-        ("prenormalize", "multiply", "output"),
+        ("prenormalize", "product", "output"),
         ("prenormalize", "multiply", "normalize", "output"),
-        ("prenormalize", "multiply", "product", "normalize", "output"),
-        ("classify", "prenormalize", "multiply", "product", "normalize", "output"),
+        ("classify", "prenormalize", "multiply", "normalize", "output"),
+        ("classify", "prenormalize", "multiply", "normalize", "denormalize", "output"),
         ("classify", "prenormalize", "multiply", "product", "normalize", "denormalize",
          "output"),
     )
 
-    DEFAULT_STAGES = 6
+    #: About 133 MHz on ECP5-85F speed grade 6, set by the combinational MULT18X18D path
+    #: (registers in fabric on both sides); every other stage is faster than 150 MHz.
+    DEFAULT_STAGES = 7
 
     def __init__(self, *, stages=None):
         self._stages = check_stages(stages, default=self.DEFAULT_STAGES,
@@ -117,87 +121,102 @@ class FPMul(wiring.Component):
         m = Module()
         pipe = Pipeline(m, boundaries=self.BOUNDARIES, cuts=self.cuts)
 
-        # classify
+        # classify: a subnormal significand is its fraction shifted left by one (see
+        # UNPACKED), so its leading zeros are those of the 23-bit fraction, counted straight
+        # from the input bits in parallel with unpacking. Normal significands have none.
         a = unpack(m, self.i.payload.a, name="a")
         b = unpack(m, self.i.payload.b, name="b")
+        a_fraction_zeros = leading_zeros(m, self.i.payload.a[:23], name="a_fraction_zeros")
+        b_fraction_zeros = leading_zeros(m, self.i.payload.b[:23], name="b_fraction_zeros")
         s = pipe.boundary(
             "classify",
-            a_significand=a.significand, a_exponent=a.exponent,
-            a_zeros=leading_zeros(m, a.significand, name="a_zeros"),
-            b_significand=b.significand, b_exponent=b.exponent,
-            b_zeros=leading_zeros(m, b.significand, name="b_zeros"),
+            a_significand=a.significand, a_zeros=Mux(a.exponent == 0, a_fraction_zeros, 0),
+            b_significand=b.significand, b_zeros=Mux(b.exponent == 0, b_fraction_zeros, 0),
+            exponent_sum=a.exponent + b.exponent,
             sign=a.sign ^ b.sign,
             is_inf=a.is_inf | b.is_inf,
             is_nan=a.is_nan | b.is_nan | (a.is_inf & b.is_zero) | (a.is_zero & b.is_inf),
         )
 
-        # prenormalize: after the shift each nonzero significand is in [2**23, 2**24) and its
-        # exponent may go below 1 (down to -22). With both in that range the product is in
-        # [2**46, 2**48); `exponent` is the biased result exponent when it lands in bit 47.
-        # A zero operand gives a zero product and an exponent low enough not to overflow.
+        # prenormalize: after the shift each nonzero significand is in [2**23, 2**24), so a
+        # nonzero product is in [2**46, 2**48). A zero operand stays zero and gives a zero
+        # product (its exponent is then low enough never to signal overflow).
         s = pipe.boundary(
             "prenormalize",
             a_significand=(s.a_significand << s.a_zeros)[:24],
             b_significand=(s.b_significand << s.b_zeros)[:24],
-            exponent=(s.a_exponent - s.a_zeros) + (s.b_exponent - s.b_zeros) - 126,
+            zeros=s.a_zeros + s.b_zeros,
+            biased_exponent_sum=s.exponent_sum - 126,
             sign=s.sign, is_inf=s.is_inf, is_nan=s.is_nan,
         )
 
-        # multiply: a * b = (ah*2**12 + al) * (bh*2**12 + bl).
+        # multiply: a * b = (ah*2**12 + al) * (bh*2**12 + bl). In parallel, the biased result
+        # exponent for a product whose leading one is in bit 47:
+        # (ea - za) + (eb - zb) - 126, with value = significand * 2**(exponent - 150).
         a_low, a_high = s.a_significand[:_HALF], s.a_significand[_HALF:]
         b_low, b_high = s.b_significand[:_HALF], s.b_significand[_HALF:]
         s = pipe.boundary(
             "multiply",
             low_low=a_low * b_low, low_high=a_low * b_high,
             high_low=a_high * b_low, high_high=a_high * b_high,
-            exponent=s.exponent, sign=s.sign, is_inf=s.is_inf, is_nan=s.is_nan,
+            exponent=s.biased_exponent_sum - s.zeros,
+            sign=s.sign, is_inf=s.is_inf, is_nan=s.is_nan,
         )
 
-        # product: low_low and high_high do not overlap, so concatenating them is free and
-        # only the two cross terms need adding.
-        cross = s.low_high + s.high_low
-        product = (Cat(s.low_low, s.high_high) + (cross << _HALF))[:48]
+        # product: low_low and high_high do not overlap, so concatenated they are one operand;
+        # a carry-save step folds in the two cross terms and leaves a single carry chain.
+        # In parallel, everything normalization needs for both positions of the leading one
+        # (bit 47, or bit 46 and one more left shift): exponent, underflow shift, overflow.
+        outer = Cat(s.low_low, s.high_high)
+        low_high = s.low_high << _HALF
+        high_low = s.high_low << _HALF
+        carry_save_sum = outer ^ low_high ^ high_low
+        carry_save_carry = (outer & low_high) | (outer & high_low) | (low_high & high_low)
+        product = (carry_save_sum + (carry_save_carry << 1))[:48]
+        # Each of these is one carry chain or LUTs on the registered exponent, never two
+        # chains in a row.
         s = pipe.boundary(
             "product",
             product=product,
+            exponent_if_high=s.exponent[:8], exponent_if_low=(s.exponent - 1)[:8],
+            shift_if_high=_underflow_shift(1 - s.exponent),
+            shift_if_low=_underflow_shift(2 - s.exponent),
+            overflow_if_high=_at_least(s.exponent, 0xFF),
+            overflow_if_low=_at_least(s.exponent, 0x100),
+            sign=s.sign, is_inf=s.is_inf, is_nan=s.is_nan,
+        )
+
+        # normalize: move the leading one to bit 47, keep the top 26 bits and jam the rest
+        # into a sticky bit 0 (the guard bit lands in bit 2 of the 27-bit result).
+        high = s.product[47]
+        normalized = Mux(high, s.product, s.product << 1)[:48]
+        below_kept = Mux(high, s.product[:21].any(), s.product[:20].any())
+        shift = wire(m, Mux(high, s.shift_if_high, s.shift_if_low), name="shift")
+        s = pipe.boundary(
+            "normalize",
+            reduced=Cat(normalized[21] | below_kept, normalized[22:48]),
+            shift=shift,
+            lost_mask=lost_bits_mask(m, shift, _REDUCED_WIDTH, name="lost_mask"),
+            exponent=Mux(high, s.exponent_if_high, s.exponent_if_low),
+            sign=s.sign,
+            is_inf=s.is_inf | Mux(high, s.overflow_if_high, s.overflow_if_low),
+            is_nan=s.is_nan,
+        )
+
+        # denormalize: results below the normal range shift right by 1 - exponent; a no-op
+        # otherwise. The shifted result has a clear hidden bit, which is what makes
+        # round_and_pack emit a zero exponent field.
+        s = pipe.boundary(
+            "denormalize",
+            shifted=shift_right_jam(m, s.reduced, s.shift, s.lost_mask, name="shifted"),
             exponent=s.exponent, sign=s.sign, is_inf=s.is_inf, is_nan=s.is_nan,
         )
 
-        # normalize: move the leading one to bit 47, then keep the top 26 bits and jam the rest
-        # into a sticky bit (the guard bit lands at bit 2 of the 27-bit result). Results
-        # below the normal range need a right shift of 1 - exponent; 27 or more leaves only
-        # the sticky bit, so the amount is capped at 31.
-        top_bit_set = s.product[47]
-        normalized = wire(m, Mux(top_bit_set, s.product, s.product << 1)[:48], name="normalized")
-        exponent = wire(m, s.exponent - ~top_bit_set, name="normalized_exponent")
-        underflow_shift = wire(m, 1 - exponent, name="underflow_shift")
-        denormalize_shift = Mux(exponent >= 1, 0,
-                                Mux(underflow_shift > 31, 31, underflow_shift[:5]))
-        s = pipe.boundary(
-            "normalize",
-            reduced=Cat(normalized[21] | normalized[:21].any(), normalized[22:48]),
-            denormalize_shift=denormalize_shift[:5],
-            exponent=exponent[:8], overflow=exponent >= 0xFF,
-            sign=s.sign, is_inf=s.is_inf, is_nan=s.is_nan,
-        )
-
-        # denormalize: a no-op for normal results. A shifted result has a clear hidden bit,
-        # which is what makes round_and_pack emit a zero exponent field.
-        s = pipe.boundary(
-            "denormalize",
-            shifted=shift_right_jam(s.reduced, s.denormalize_shift),
-            exponent=s.exponent, overflow=s.overflow,
-            sign=s.sign, is_inf=s.is_inf, is_nan=s.is_nan,
-        )
-
         # output: significand in bits 26..3, guard in bit 2, sticky in bits 1..0.
-        finite = round_and_pack(
+        s = pipe.boundary("output", result=round_and_pack(
             sign=s.sign, exponent=s.exponent,
             significand=s.shifted[3:], guard=s.shifted[2],
-            sticky=s.shifted[:2].any(), overflow=s.overflow)
-        infinity = Cat(Const(0x7F80_0000, 31), s.sign)
-        result = Mux(s.is_nan, QUIET_NAN, Mux(s.is_inf, infinity, finite))
-        s = pipe.boundary("output", result=result)
+            sticky=s.shifted[:2].any(), is_nan=s.is_nan, is_inf=s.is_inf))
 
         assert pipe.finish() == self.latency
         m.d.comb += [
@@ -205,3 +224,21 @@ class FPMul(wiring.Component):
             self.o.valid.eq(delay(m, self.i.valid, self.latency, name="valid")),
         ]
         return m
+
+
+def _underflow_shift(amount):
+    """The right shift that takes a result into the subnormal range, from ``amount`` =
+    1 - (its biased exponent), signed: 0 when not positive (a normal result). Shifts of 27 or
+    more leave only the sticky bit of the 27-bit reduced significand, so it saturates at 31."""
+    return Mux(amount[-1], 0, Mux(amount[5:].any(), 31, amount[:5]))
+
+
+def _at_least(exponent, limit):
+    """``exponent >= limit`` for a signed exponent and ``limit`` in 0x100 - 1 .. 0x100, written
+    on the bits so that it becomes LUTs rather than a carry chain."""
+    assert limit in (0xFF, 0x100)
+    non_negative = ~exponent[-1]
+    at_least_0x100 = non_negative & exponent[8:-1].any()
+    if limit == 0x100:
+        return at_least_0x100
+    return at_least_0x100 | (non_negative & (exponent[:9] == 0xFF))

@@ -99,7 +99,7 @@ def _class_pairs():
 
 
 def _next_up(bits):
-    # The next binary32 away from zero, for finite nonzero-or-zero bits below the maximum.
+    # The next binary32 away from zero (for finite values below the largest).
     return bits + np.uint32(1)
 
 
@@ -126,7 +126,7 @@ def _additive_corners(rng):
     half_ulp_bits = np.left_shift(1, small_exponent - 2).astype(np.uint32)
     pairs.append((_pack(sign, small_exponent, fraction), half_ulp_bits))
     pairs.append((_pack(sign, small_exponent, fraction), half_ulp_bits | _SIGN))
-    # Massive cancellation: a + -(next(a)), a - next(a), and across a power of two.
+    # Massive cancellation: a + -(next(a)), a + -(next(next(a))), and across a power of two.
     cancel_exponent = rng.integers(0, 254, n)
     near = _pack(sign, cancel_exponent, fraction)
     pairs.append((near, _next_up(near) ^ _SIGN))
@@ -159,9 +159,10 @@ def _multiplicative_corners(rng):
     pairs = []
     sign_a = rng.integers(0, 2, n)
     sign_b = rng.integers(0, 2, n)
-    # (1 + x/2**12) * (1 + y/2**12) with x, y odd has exactly one bit below the ulp: a tie.
-    x = 2 * rng.integers(0, 1 << 10, n) + 1
-    y = 2 * rng.integers(0, 1 << 10, n) + 1
+    # (1 + x/2**12) * (1 + y/2**12) with x, y odd and below 2**10 lies in [1, 2) and has
+    # exactly one bit (2**-24) below the ulp: always a tie.
+    x = 2 * rng.integers(0, 1 << 9, n) + 1
+    y = 2 * rng.integers(0, 1 << 9, n) + 1
     exponent_a = rng.integers(64, 191, n)
     exponent_b = rng.integers(64, 191, n)
     pairs.append((_pack(sign_a, exponent_a, x << 11), _pack(sign_b, exponent_b, y << 11)))
@@ -194,13 +195,20 @@ def _multiplicative_corners(rng):
 
 def directed_pairs(op):
     """The directed set for ``op``: every ordered pair of :data:`CLASSES` values in both signs,
-    then the rounding, cancellation, underflow and overflow corners for that operation.
-    Deterministic (the corners use a fixed seed)."""
+    then the rounding-tie, cancellation, underflow and overflow corners of that operation
+    (``"sub"`` gets the addition corners with ``b`` negated, so that they exercise the same
+    cases through subtraction). Deterministic: the corners use a fixed seed."""
     _operation(op)
     a, b = _class_pairs()
     rng = np.random.default_rng(0xF10A7)
-    corners = _multiplicative_corners(rng) if op == "mul" else _additive_corners(rng)
-    return _with_expected(np.concatenate([a, corners[0]]), np.concatenate([b, corners[1]]), op)
+    if op == "mul":
+        corner_a, corner_b = _multiplicative_corners(rng)
+    else:
+        corner_a, corner_b = _additive_corners(rng)
+        if op == "sub":
+            # a - (-b) is a + b: the same ties and cancellations, through the subtract path.
+            corner_b = corner_b ^ _SIGN
+    return _with_expected(np.concatenate([a, corner_a]), np.concatenate([b, corner_b]), op)
 
 
 def _random_bits(rng, n):

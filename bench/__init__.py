@@ -1,0 +1,1 @@
+"""Benchmarks measured in Verilator from the RTL: ``python -m bench <name>``."""

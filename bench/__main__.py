@@ -1,0 +1,23 @@
+"""``python -m bench <name> [options]``: run one benchmark (``python -m bench`` lists them)."""
+
+import sys
+
+BENCHMARKS = {
+    "lookup": ("bench.lookup", "embedding lookup bandwidth efficiency vs dim and read latency"),
+}
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in BENCHMARKS:
+        print("usage: python -m bench <name> [options]\n\nbenchmarks:")
+        for name, (_, summary) in BENCHMARKS.items():
+            print(f"  {name:10s} {summary}")
+        return 0 if not argv else 2
+    import importlib
+
+    return importlib.import_module(BENCHMARKS[argv[0]][0]).main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Turn the validated offsets into one descriptor per bag, in TBE order (table-major)."""
+
+from amaranth.hdl import Module, ResetInserter, Signal, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .layouts import table_layout
+from .reciprocal import Reciprocal
+
+__all__ = ["BagSequencer", "descriptor_layout"]
+
+LANES = 16
+
+
+def descriptor_layout(line_addr_width):
+    """One bag: its table, number, index range, output line and MEAN factor."""
+    return data.StructLayout({
+        "table": unsigned(8),
+        "bag": unsigned(16),
+        "start": unsigned(32),      # position of its first index in ``indices``
+        "length": unsigned(32),
+        "out_line": unsigned(line_addr_width),  # line address of its first output line
+        "scale": unsigned(32),      # float32(1) / float32(length) (MEAN tables only)
+    })
+
+
+class BagSequencer(wiring.Component):
+    """Walk ``offsets[0 .. bags*tables]`` and emit a descriptor per bag, one per cycle.
+
+    Bag ``b`` of table ``t`` writes its pooled row at output line ``output_line +
+    b * row_lines + (sum of dim/16 over tables before t)``; that address is kept as a running
+    sum, so no multiplier is needed. MEAN bags get their factor from a pipelined
+    :class:`Reciprocal`; a descriptor enters it only when the FIFO behind it has room, so
+    nothing is ever dropped.
+
+    Members
+    -------
+    start : ``In(1)``
+        Pulse; ``bags``, ``tables``, ``output_line``, ``row_lines`` are sampled.
+    lines : ``In(stream.Signature(512))``
+        The offsets lines from line 0.
+    limit : ``In(32)``
+        Offsets entries below this have been validated and may be used.
+    freed : ``Out(32)``
+        Offsets lines no longer needed.
+    descriptors : ``Out(stream.Signature(descriptor_layout(...)))``
+    done : ``Out(1)``
+        Every descriptor has been handed over.
+    """
+
+    def __init__(self, *, max_tables, addr_width, fifo_depth=None):
+        self._max_tables = max_tables
+        self._line_addr_width = addr_width - 6
+        self._reciprocal = Reciprocal(tag_width=descriptor_layout(self._line_addr_width).size)
+        self._fifo_depth = fifo_depth or self._reciprocal.latency + 4
+        super().__init__({
+            "start": In(1),
+            "bags": In(16),
+            "tables": In(8),
+            "output_line": In(self._line_addr_width),
+            "row_lines": In(20),
+            "table_config": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
+            "lines": In(stream.Signature(32 * LANES)),
+            "limit": In(32),
+            "freed": Out(32),
+            "descriptors": Out(stream.Signature(descriptor_layout(self._line_addr_width))),
+            "done": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        layout = descriptor_layout(self._line_addr_width)
+        # `start` also empties the pipeline and the FIFO (after an aborted command).
+        reciprocal = self._reciprocal
+        m.submodules.reciprocal = ResetInserter(self.start)(reciprocal)
+        queue = fifo.SyncFIFOBuffered(width=layout.size, depth=self._fifo_depth)
+        m.submodules.queue = ResetInserter(self.start)(queue)
+
+        bags = Signal(16)
+        entries = Signal(32)          # bags * tables + 1
+        entry = Signal(32)            # next offsets entry to read
+        previous = Signal(32)         # offsets[entry - 1]
+        table = Signal(8)
+        bag = Signal(16)
+        row_lines = Signal(20)
+        table_line = Signal(self._line_addr_width)  # output line of (bag 0, this table)
+        bag_line = Signal(self._line_addr_width)
+        active = Signal()
+        in_flight = Signal(range(self._fifo_depth + 1))
+
+        value = Signal(32)
+        with m.Switch(entry[:4]):
+            for k in range(LANES):
+                with m.Case(k):
+                    m.d.comb += value.eq(self.lines.payload[32 * k:32 * (k + 1)])
+
+        room = queue.level + in_flight < self._fifo_depth
+        take = Signal()
+        m.d.comb += [
+            take.eq(active & self.lines.valid & (entry < self.limit) & room),
+            self.lines.ready.eq(take & ((entry[:4] == LANES - 1) | (entry + 1 == entries))),
+            self.freed.eq(entry >> 4),
+            self.done.eq(~active & (in_flight == 0) & (queue.level == 0)),
+        ]
+
+        descriptor = Signal(layout)
+        emit = Signal()
+        dim = Signal(16)
+        with m.Switch(table):
+            for t in range(self._max_tables):
+                with m.Case(t):
+                    m.d.comb += dim.eq(self.table_config[t].dim)
+        m.d.comb += [
+            emit.eq(take & (entry != 0)),
+            descriptor.table.eq(table),
+            descriptor.bag.eq(bag),
+            descriptor.start.eq(previous),
+            descriptor.length.eq(value - previous),
+            descriptor.out_line.eq(bag_line),
+            reciprocal.i.valid.eq(emit),
+            reciprocal.i.payload.n.eq(value - previous),
+            reciprocal.i.payload.tag.eq(descriptor),
+        ]
+        finished = Signal(layout)
+        m.d.comb += [
+            finished.eq(reciprocal.o.payload.tag),
+            finished.scale.eq(reciprocal.o.payload.result),
+            queue.w_en.eq(reciprocal.o.valid),
+            queue.w_data.eq(finished),
+            self.descriptors.valid.eq(queue.r_rdy),
+            self.descriptors.payload.eq(queue.r_data),
+            queue.r_en.eq(self.descriptors.ready),
+        ]
+        with m.If(self.start):
+            m.d.sync += in_flight.eq(0)
+        with m.Else():
+            m.d.sync += in_flight.eq(in_flight + emit - reciprocal.o.valid)
+
+        with m.If(self.start):
+            m.d.sync += [
+                bags.eq(self.bags), entries.eq(self.bags * self.tables + 1), entry.eq(0),
+                previous.eq(0), table.eq(0), bag.eq(0), row_lines.eq(self.row_lines),
+                table_line.eq(self.output_line), bag_line.eq(self.output_line),
+                active.eq(1),
+            ]
+        with m.Elif(take):
+            m.d.sync += [entry.eq(entry + 1), previous.eq(value)]
+            with m.If(entry + 1 == entries):
+                m.d.sync += active.eq(0)
+            with m.If(emit):
+                with m.If(bag + 1 == bags):
+                    next_table_line = table_line + (dim >> 4)
+                    m.d.sync += [bag.eq(0), table.eq(table + 1), table_line.eq(next_table_line),
+                                 bag_line.eq(next_table_line)]
+                with m.Else():
+                    m.d.sync += [bag.eq(bag + 1), bag_line.eq(bag_line + row_lines)]
+        return m
+

@@ -1,0 +1,161 @@
+"""The checks a command must pass before the engine reads anything: table count, table shapes,
+alignment, and that every table and buffer lies inside one enabled region.
+
+One item per two cycles (select, then judge), in a fixed order that decides which error a
+command with several problems reports:
+
+1. the table count (BAD_TABLE_COUNT);
+2. each of the first ``tables`` tables in order: its dimension (BAD_DIMENSION), its base
+   (MISALIGNED_ADDRESS), its extent ``rows * dim * 4`` bytes (ADDRESS_OUT_OF_REGION); the
+   error names the table;
+3. the buffers ``indices``, ``offsets``, ``weights`` (only if a table is WEIGHTED), ``output``:
+   alignment, then region. A buffer of zero length is not checked. Lengths are rounded up to
+   whole lines, since the engine reads whole lines.
+"""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from .layouts import LINE_BYTES, ErrorCode, PoolingMode, command_layout, region_layout, table_layout
+
+__all__ = ["CommandChecker"]
+
+_BUFFERS = ("indices", "offsets", "weights", "output")
+
+
+class CommandChecker(wiring.Component):
+    """Static checks of one command (see the module docstring for their order).
+
+    Members
+    -------
+    start : ``In(1)``
+        Pulse: check ``command`` (held stable until ``done``).
+    command, tables, regions : ``In``
+    done : ``Out(1)``
+    error : ``Out(ErrorCode)``, table : ``Out(8)``
+        The first failed check (NONE if all passed) and the table it concerns.
+    row_floats : ``Out(24)``
+        ``sum(dim)`` over the command's tables: floats per output row.
+    weighted : ``Out(1)``
+        One of the command's tables pools with per-sample weights.
+    """
+
+    def __init__(self, *, max_tables, max_dim, num_regions, addr_width):
+        self._max_tables = max_tables
+        self._max_dim = max_dim
+        self._addr_width = addr_width
+        super().__init__({
+            "start": In(1),
+            "command": In(command_layout(addr_width)),
+            "tables": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
+            "regions": In(data.ArrayLayout(region_layout(addr_width), num_regions)),
+            "done": Out(1),
+            "error": Out(ErrorCode),
+            "table": Out(8),
+            "row_floats": Out(24),
+            "weighted": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        command = self.command
+        count = command.tables
+        max_tables = self._max_tables
+
+        # Per-command totals over the first `tables` tables.
+        row_floats = 0
+        weighted = 0
+        for t in range(max_tables):
+            used = t < count
+            row_floats = row_floats + Mux(used, self.tables[t].dim, 0)
+            weighted = weighted | (used & (self.tables[t].mode == PoolingMode.WEIGHTED))
+        m.d.comb += [self.row_floats.eq(row_floats), self.weighted.eq(weighted)]
+
+        # Items: 0 = table count, 1..max_tables = tables, then the buffers.
+        items = 1 + max_tables + len(_BUFFERS)
+        item = Signal(range(items + 1))
+        judging = Signal()
+        active = Signal()
+
+        # The candidate an item stands for, registered before judging it.
+        wide = self._addr_width + 52
+        start_addr = Signal(self._addr_width)
+        length = Signal(wide)
+        applicable = Signal()
+        dim_bad = Signal()
+
+        n_lines = (command.num_indices + 15) >> 4
+        offset_lines = ((command.bags * count + 1) + 15) >> 4
+        select = {
+            "start": Signal(self._addr_width), "length": Signal(wide),
+            "applicable": Signal(), "dim_bad": Signal(),
+        }
+        with m.Switch(item):
+            for t in range(max_tables):
+                with m.Case(1 + t):
+                    dim = self.tables[t].dim
+                    m.d.comb += [
+                        select["start"].eq(self.tables[t].base),
+                        select["length"].eq(self.tables[t].rows * dim * 4),
+                        select["applicable"].eq(t < count),
+                        select["dim_bad"].eq((dim == 0) | (dim[:4] != 0)
+                                             | (dim > self._max_dim)),
+                    ]
+            for k, name in enumerate(_BUFFERS):
+                with m.Case(1 + max_tables + k):
+                    lines = {
+                        "indices": n_lines,
+                        "offsets": offset_lines,
+                        "weights": Mux(weighted, n_lines, 0),
+                        "output": (command.bags * row_floats) >> 4,
+                    }[name]
+                    m.d.comb += [
+                        select["start"].eq(getattr(command, name)),
+                        select["length"].eq(lines * LINE_BYTES),
+                        select["applicable"].eq(lines != 0),
+                    ]
+
+        # Judge: inside one enabled region?
+        inside = 0
+        for region in self.regions:
+            end = start_addr + length
+            inside = inside | (region.enable
+                               & (start_addr >= region.base)
+                               & (end <= region.base + region.size))
+        misaligned = start_addr[:6] != 0
+        is_table = (item >= 1) & (item <= max_tables)
+
+        m.d.comb += self.done.eq(~active)
+        with m.If(self.start):
+            m.d.sync += [item.eq(0), judging.eq(0), active.eq(1),
+                         self.error.eq(ErrorCode.NONE), self.table.eq(0)]
+        with m.Elif(active & (item == 0)):
+            with m.If((count == 0) | (count > max_tables)):
+                m.d.sync += [self.error.eq(ErrorCode.BAD_TABLE_COUNT), active.eq(0)]
+            with m.Else():
+                m.d.sync += item.eq(1)
+        with m.Elif(active & ~judging):
+            m.d.sync += [start_addr.eq(select["start"]), length.eq(select["length"]),
+                         applicable.eq(select["applicable"]), dim_bad.eq(select["dim_bad"]),
+                         judging.eq(1)]
+        with m.Elif(active):
+            m.d.sync += judging.eq(0)
+            error = Signal(ErrorCode)
+            with m.If(~applicable):
+                m.d.comb += error.eq(ErrorCode.NONE)
+            with m.Elif(is_table & dim_bad):
+                m.d.comb += error.eq(ErrorCode.BAD_DIMENSION)
+            with m.Elif(misaligned):
+                m.d.comb += error.eq(ErrorCode.MISALIGNED_ADDRESS)
+            with m.Elif((length != 0) & ~inside):
+                m.d.comb += error.eq(ErrorCode.ADDRESS_OUT_OF_REGION)
+            with m.If(error != ErrorCode.NONE):
+                m.d.sync += [self.error.eq(error), active.eq(0),
+                             self.table.eq(Mux(is_table, item - 1, 0))]
+            with m.Elif(item == items - 1):
+                m.d.sync += active.eq(0)
+            with m.Else():
+                m.d.sync += item.eq(item + 1)
+        return m
+

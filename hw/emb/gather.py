@@ -1,0 +1,343 @@
+"""Issue the line reads of a lookup, interleaving several bags so pooling never waits.
+
+A bag's accumulation is a dependency chain through the adder (its latency is several cycles),
+so the issuer keeps ``bag_slots`` bags open at once and takes one row from each in turn
+(round robin over the slots whose next index is available). Each row becomes ``dim / 16``
+line *ops*; the order of ops is the order the pooler will see them in, and within a bag it is
+the index order of the golden model.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal, unsigned
+from amaranth.lib import data, enum, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from .bags import descriptor_layout
+from .layouts import ErrorCode, PoolingMode, table_layout
+from .validate import ERROR_LAYOUT
+
+__all__ = ["ONE", "GatherIssuer", "OpKind", "op_layout"]
+
+LANES = 16
+ONE = 0x3F80_0000  # float32 1.0
+_ALL_ONES = 0xFFFF_FFFF
+
+
+class OpKind(enum.Enum, shape=2):
+    ROW = 0    # a line of a row: row * factor added to the accumulator (or to +0.0 if first)
+    SCALE = 1  # MEAN, after the last row: accumulator * factor (1/L) goes to the output
+    ZERO = 2   # empty bag: +0.0 goes to the output
+
+
+def op_layout(*, slot_bits, line_bits, line_addr_width):
+    """What travels with each line through the reorder buffer to the pooler."""
+    return data.StructLayout({
+        "kind": OpKind,
+        "slot": unsigned(slot_bits),
+        "line": unsigned(line_bits),
+        "first": 1,          # ROW: first row of its bag (start from +0.0)
+        "last": 1,           # ROW: last row of a non-MEAN bag (the sum is the result)
+        "factor": unsigned(32),
+        "out_line": unsigned(line_addr_width),
+    })
+
+
+class GatherIssuer(wiring.Component):
+    """Bag slots and the row/line sequencer of the lookup.
+
+    Members
+    -------
+    start : ``In(1)``
+        Pulse: empty every slot.
+    stop : ``In(1)``
+        Take no new work (abort).
+    descriptors : ``In(stream.Signature(descriptor_layout(...)))``
+    table_config : ``In(data.ArrayLayout(table_layout(addr_width), max_tables))``
+    index_addr, index_data, weight_addr, weight_data :
+        Read ports into the index and weight windows (data one cycle after the address).
+    index_limit, weight_limit : ``In(32)``
+        Positions below these are usable (validated indices; landed weights).
+    requests : ``Out(stream.Signature({"addr", "read", "context"}))``
+        Line ops for the reorder buffer; ``addr`` is a line address.
+    freed : ``Out(32)``
+        Index/weight window lines no bag needs any more.
+    idle : ``Out(1)``
+        No bag open and no op pending.
+    error : ``Out(ERROR_LAYOUT)``
+        An index at or above its table's rows reached the issuer (only possible if memory
+        changed under a running command): the op is not issued.
+    row_issued : ``Out(1)``
+        Strobe per row (for the counters).
+    """
+
+    ROW_QUEUE_DEPTH = 4
+
+    def __init__(self, *, max_tables, max_dim, addr_width, bag_slots):
+        self._max_tables = max_tables
+        self._max_lines = max_dim // LANES
+        self._line_bits = max(1, ceil_log2(self._max_lines))
+        self._slots = bag_slots
+        self._slot_bits = exact_log2(bag_slots)
+        self._line_addr_width = addr_width - 6
+        self._op_layout = op_layout(slot_bits=self._slot_bits, line_bits=self._line_bits,
+                                    line_addr_width=self._line_addr_width)
+        super().__init__({
+            "start": In(1),
+            "stop": In(1),
+            "descriptors": In(stream.Signature(descriptor_layout(self._line_addr_width))),
+            "table_config": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
+            "index_addr": Out(32),
+            "index_data": In(32 * LANES),
+            "weight_addr": Out(32),
+            "weight_data": In(32 * LANES),
+            "index_limit": In(32),
+            "weight_limit": In(32),
+            "requests": Out(stream.Signature(data.StructLayout({
+                "addr": unsigned(self._line_addr_width), "read": 1,
+                "context": self._op_layout}))),
+            "freed": Out(32),
+            "idle": Out(1),
+            "error": Out(ERROR_LAYOUT),
+            "row_issued": Out(1),
+        })
+
+    @property
+    def op_layout(self):
+        return self._op_layout
+
+    def elaborate(self, platform):
+        m = Module()
+        slots = self._slots
+        law = self._line_addr_width
+
+        def per_slot(name, shape):
+            return [Signal(shape, name=f"{name}_{s}") for s in range(slots)]
+
+        active = per_slot("active", 1)
+        final = per_slot("final", 1)       # rows done (or none): only the closing op is left
+        empty_bag = per_slot("empty_bag", 1)
+        first = per_slot("first", 1)
+        weighted = per_slot("weighted", 1)
+        mean = per_slot("mean", 1)
+        position = per_slot("position", 32)
+        end = per_slot("end", 32)
+        table = per_slot("table", 8)
+        bag = per_slot("bag", 16)
+        out_line = per_slot("out_line", law)
+        scale = per_slot("scale", 32)
+
+        # --- choose a slot: round robin over the slots that can issue ------------------------
+        ready = Signal(slots)
+        for s in range(slots):
+            rows_ready = (position[s] < self.index_limit) & (
+                ~weighted[s] | (position[s] < self.weight_limit))
+            m.d.comb += ready[s].eq(active[s] & (final[s] | rows_ready))
+
+        row_queue = fifo.SyncFIFOBuffered(width=self._row_op_layout().size,
+                                          depth=self.ROW_QUEUE_DEPTH)
+        m.submodules.row_queue = ResetInserter(self.start)(row_queue)  # forget an aborted op
+        p_valid = Signal()
+        room = row_queue.level + p_valid < self.ROW_QUEUE_DEPTH
+        error_seen = Signal()
+        go = Signal()
+        m.d.comb += go.eq(~self.stop & ~error_seen & room & ready.any())
+
+        last_chosen = Signal(self._slot_bits)
+        rotated = Signal(slots)
+        m.d.comb += rotated.eq(Cat(ready, ready) >> (last_chosen + 1))
+        offset = Signal(self._slot_bits)
+        for k in reversed(range(slots)):
+            with m.If(rotated[k]):
+                m.d.comb += offset.eq(k)
+        chosen = Signal(self._slot_bits)
+        m.d.comb += chosen.eq(last_chosen + 1 + offset)
+
+        def pick(signals, name):
+            value = Signal.like(signals[0], name=f"chosen_{name}")
+            with m.Switch(chosen):
+                for s in range(slots):
+                    with m.Case(s):
+                        m.d.comb += value.eq(signals[s])
+            return value
+
+        c_final, c_empty = pick(final, "final"), pick(empty_bag, "empty")
+        c_first, c_weighted, c_mean = pick(first, "first"), pick(weighted, "weighted"), \
+            pick(mean, "mean")
+        c_position, c_end = pick(position, "position"), pick(end, "end")
+        c_table, c_bag = pick(table, "table"), pick(bag, "bag")
+        c_out_line, c_scale = pick(out_line, "out_line"), pick(scale, "scale")
+        c_last_row = c_position + 1 == c_end
+
+        m.d.comb += [self.index_addr.eq(c_position >> 4), self.weight_addr.eq(c_position >> 4)]
+
+        # --- stage P: the index (and weight) arrive; form the row op -------------------------
+        p_kind = Signal(OpKind)
+        p_slot = Signal(self._slot_bits)
+        p_table = Signal(8)
+        p_bag = Signal(16)
+        p_position = Signal(32)
+        p_first = Signal()
+        p_last = Signal()
+        p_weighted = Signal()
+        p_out_line = Signal(law)
+        p_scale = Signal(32)
+        m.d.sync += p_valid.eq(go)
+        with m.If(go):
+            m.d.sync += [
+                p_kind.eq(Mux(c_final, Mux(c_empty, OpKind.ZERO, OpKind.SCALE), OpKind.ROW)),
+                p_slot.eq(chosen), p_table.eq(c_table), p_bag.eq(c_bag),
+                p_position.eq(c_position), p_first.eq(c_first),
+                p_last.eq(c_last_row & ~c_mean), p_weighted.eq(c_weighted),
+                p_out_line.eq(c_out_line), p_scale.eq(c_scale),
+                last_chosen.eq(chosen),
+            ]
+
+        index = Signal(32)
+        weight = Signal(32)
+        with m.Switch(p_position[:4]):
+            for k in range(LANES):
+                with m.Case(k):
+                    m.d.comb += [index.eq(self.index_data[32 * k:32 * (k + 1)]),
+                                 weight.eq(self.weight_data[32 * k:32 * (k + 1)])]
+        config = Signal(table_layout(law + 6))
+        with m.Switch(p_table):
+            for t in range(self._max_tables):
+                with m.Case(t):
+                    m.d.comb += config.eq(self.table_config[t])
+        lines_per_row = Signal(range(self._max_lines + 1))
+        m.d.comb += lines_per_row.eq(config.dim >> 4)
+        out_of_range = (p_kind == OpKind.ROW) & (index >= config.rows)
+
+        row_op = Signal(self._row_op_layout())
+        m.d.comb += [
+            row_op.kind.eq(p_kind),
+            row_op.slot.eq(p_slot),
+            row_op.first.eq(p_first),
+            row_op.last.eq(p_last),
+            row_op.factor.eq(Mux(p_kind == OpKind.ROW, Mux(p_weighted, weight, ONE),
+                                 Mux(p_kind == OpKind.SCALE, p_scale, 0))),
+            row_op.out_line.eq(p_out_line),
+            row_op.row_line.eq((config.base >> 6) + index * lines_per_row),
+            row_op.lines.eq(lines_per_row),
+            row_queue.w_data.eq(row_op),
+            row_queue.w_en.eq(p_valid & ~out_of_range & ~error_seen),
+            self.row_issued.eq(row_queue.w_en & (p_kind == OpKind.ROW)),
+        ]
+        with m.If(self.start):
+            m.d.sync += [error_seen.eq(0), self.error.eq(ERROR_LAYOUT.const({}))]
+        with m.Elif(p_valid & out_of_range & ~error_seen):
+            m.d.sync += [
+                error_seen.eq(1),
+                self.error.code.eq(ErrorCode.INDEX_OUT_OF_RANGE),
+                self.error.table.eq(p_table),
+                self.error.bag.eq(p_bag),
+                self.error.position.eq(p_position),
+            ]
+
+        # --- expand each row op into its line ops --------------------------------------------
+        head = Signal(self._row_op_layout())
+        line = Signal(self._line_bits + 1)
+        m.d.comb += head.eq(row_queue.r_data)
+        context = Signal(self._op_layout)
+        m.d.comb += [
+            context.kind.eq(head.kind),
+            context.slot.eq(head.slot),
+            context.line.eq(line),
+            context.first.eq(head.first),
+            context.last.eq(head.last),
+            context.factor.eq(head.factor),
+            context.out_line.eq(head.out_line + line),
+            self.requests.valid.eq(row_queue.r_rdy & ~self.stop),
+            self.requests.payload.addr.eq(head.row_line + line),
+            self.requests.payload.read.eq(head.kind == OpKind.ROW),
+            self.requests.payload.context.eq(context),
+        ]
+        last_line = line + 1 == head.lines
+        with m.If(self.start):
+            m.d.sync += line.eq(0)
+        with m.Elif(self.requests.valid & self.requests.ready):
+            m.d.sync += line.eq(Mux(last_line, 0, line + 1))
+            m.d.comb += row_queue.r_en.eq(last_line)
+
+        # --- slot state: advance the chosen slot, load a free one ----------------------------
+        free = Signal(slots)
+        m.d.comb += free.eq(~Cat(active))
+        load_slot = Signal(self._slot_bits)
+        for s in reversed(range(slots)):
+            with m.If(free[s]):
+                m.d.comb += load_slot.eq(s)
+        load = Signal()
+        m.d.comb += [
+            load.eq(self.descriptors.valid & free.any() & ~self.stop),
+            self.descriptors.ready.eq(load),
+        ]
+        descriptor = self.descriptors.payload
+        mode = Signal(PoolingMode)
+        with m.Switch(descriptor.table):
+            for t in range(self._max_tables):
+                with m.Case(t):
+                    m.d.comb += mode.eq(self.table_config[t].mode)
+        frontier = Signal(32)  # where the next bag to be loaded starts
+        no_rows = descriptor.length == 0
+
+        for s in range(slots):
+            with m.If(self.start):
+                m.d.sync += active[s].eq(0)
+            with m.Elif(go & (chosen == s)):
+                with m.If(c_final | (c_last_row & ~c_mean)):
+                    m.d.sync += active[s].eq(0)
+                with m.Elif(c_last_row):
+                    m.d.sync += [final[s].eq(1), position[s].eq(c_position + 1)]
+                with m.Else():
+                    m.d.sync += [position[s].eq(c_position + 1), first[s].eq(0)]
+            with m.Elif(load & (load_slot == s)):
+                m.d.sync += [
+                    active[s].eq(1),
+                    final[s].eq(no_rows),
+                    empty_bag[s].eq(no_rows),
+                    first[s].eq(1),
+                    weighted[s].eq(mode == PoolingMode.WEIGHTED),
+                    mean[s].eq(mode == PoolingMode.MEAN),
+                    position[s].eq(descriptor.start),
+                    end[s].eq(descriptor.start + descriptor.length),
+                    table[s].eq(descriptor.table),
+                    bag[s].eq(descriptor.bag),
+                    out_line[s].eq(descriptor.out_line),
+                    scale[s].eq(descriptor.scale),
+                ]
+        with m.If(self.start):
+            m.d.sync += [frontier.eq(0), last_chosen.eq(slots - 1)]
+        with m.Elif(load):
+            m.d.sync += frontier.eq(descriptor.start + descriptor.length)
+
+        # --- the oldest position still needed frees index/weight lines -----------------------
+        candidates = [Mux(active[s] & ~final[s], position[s], _ALL_ONES) for s in range(slots)]
+        candidates.append(frontier)
+        while len(candidates) > 1:
+            paired = []
+            for a, b in zip(candidates[::2], candidates[1::2], strict=False):
+                paired.append(Mux(a < b, a, b))
+            if len(candidates) % 2:
+                paired.append(candidates[-1])
+            candidates = paired
+        oldest = Signal(32)
+        m.d.sync += oldest.eq(Mux(self.start, 0, candidates[0]))
+        m.d.comb += [
+            self.freed.eq(oldest >> 4),
+            self.idle.eq(~Cat(active).any() & ~p_valid & (row_queue.level == 0)),
+        ]
+        return m
+
+    def _row_op_layout(self):
+        law = self._line_addr_width
+        return data.StructLayout({
+            "kind": OpKind,
+            "slot": unsigned(self._slot_bits),
+            "first": 1,
+            "last": 1,
+            "factor": unsigned(32),
+            "out_line": unsigned(law),
+            "row_line": unsigned(law),
+            "lines": unsigned(self._line_bits + 1),
+        })
+

@@ -1,0 +1,523 @@
+"""Table-batched embedding lookup with pooling (FBGEMM TBE forward), near memory.
+
+Architecture (one command at a time)::
+
+    cmd -> CommandChecker (table count, dims, alignment, regions)
+        -> pass 1: stream offsets, indices (and weights) into on-chip line windows;
+                   OffsetsValidator, then IndexValidator, 16 entries per cycle
+        -> gather: BagSequencer (a descriptor per bag) -> GatherIssuer (bag slots, round
+                   robin) -> ReadReorderBuffer (AXI IDs = slots; responses in any order) ->
+                   Pooler (mul + add, 16 lanes) -> LineWriter (AXI writes)
+        -> done (status)
+
+Nothing is written before every offset and index has been validated. When the command's
+offsets and indices fit in the windows (``offset_buffer_depth``, ``index_buffer_depth``), the
+gather runs *during* pass 1 on the indices validated so far and only the writes wait (in the
+output buffer), so the indices are read once. When they do not fit, pass 1 only validates and
+a pass 2 streams offsets, indices and weights again through the same windows (now as sliding
+windows) while gathering: correct for any size, at the cost of reading them twice. Pass 2
+re-checks everything it uses; only a buffer changed by the host during the command can make
+it fail, and then part of the output may have been written. The same holds for a bus error
+after the writes have begun.
+
+On an index error the engine stops, drains its reads, and re-reads the table's offsets to name
+the bag holding the index (a cold path, so the fast path needs no per-index bag tracking).
+"""
+
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from hw.fp import FPAdd, FPMul
+from hw.mem.axi import AXI4Signature
+from hw.mem.line_stream import LinePrefetch, LineStream
+from hw.mem.line_writer import LineWriter
+from hw.mem.reorder import ReadReorderBuffer
+
+from .bags import BagSequencer
+from .checks import CommandChecker
+from .gather import GatherIssuer
+from .layouts import (
+    ErrorCode,
+    Opcode,
+    command_layout,
+    counters_layout,
+    region_layout,
+    status_layout,
+    table_layout,
+)
+from .pool import Pooler
+from .validate import ERROR_LAYOUT, IndexValidator, OffsetsMode, OffsetsValidator
+
+__all__ = ["LookupEngine", "check_int", "check_stages"]
+
+LANES = 16
+_STREAMS = ("offsets", "indices", "weights")
+
+
+def check_int(name, value, *, minimum, maximum=None, power_of_two=False, multiple_of=None):
+    """Validate an integer parameter with a message naming it (shared by the engine tops)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"in {minimum}..{maximum}" if maximum is not None else f"at least {minimum}"
+        raise ValueError(f"{name} must be {bound}, not {value!r}")
+    if power_of_two and value & (value - 1):
+        raise ValueError(f"{name} must be a power of two, not {value!r}")
+    if multiple_of and value % multiple_of:
+        raise ValueError(f"{name} must be a multiple of {multiple_of}, not {value!r}")
+    return value
+
+
+def check_stages(name, value, unit, *, minimum=0):
+    """Validate a pipeline-depth parameter of a float32 unit (None picks its default)."""
+    maximum = len(unit.CUTS) - 1
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                              or not minimum <= value <= maximum):
+        raise ValueError(f"{name} stages must be None or an integer in {minimum}..{maximum}, "
+                         f"not {value!r}")
+    return value
+
+
+class LookupEngine(wiring.Component):
+    """Pooled embedding lookup over up to ``max_tables`` tables per command.
+
+    Parameters (keyword-only)
+    -------------------------
+    max_tables : int (1..255)
+    max_dim : int (16..4096, a multiple of 16)
+        Largest ``dim`` a table may have.
+    num_regions : int (1..16)
+        Memory windows the engine may touch.
+    addr_width : int (12..64)
+    id_width : int (1..16)
+        AXI ID width; ``outstanding_reads + 3 <= 2**id_width`` (three IDs for the streams).
+    outstanding_reads : int (power of two, >= 2)
+        Row-line reads in flight: bandwidth x latency. At one line per cycle and a read
+        latency of ``L`` cycles, ``L + 8`` keep the bus busy.
+    index_buffer_depth, offset_buffer_depth : int (powers of two, >= 32)
+        Indices (and as many weights) and offsets held on chip. A command that fits is read
+        once; a bigger one takes two passes (module docstring).
+    output_buffer_depth : int (>= 2)
+        Pooled lines that may wait for the writes to be enabled.
+    bag_slots : int (power of two, 2..64)
+        Bags pooled at once; at least the adder latency + 1 for full speed at dim 16, and
+        the adder + multiplier latency + 1 to hide MEAN's final scaling.
+    add_stages, mul_stages : int or None
+        Pipeline depth of the float32 units (None: their defaults; the multiplier needs >= 1).
+
+    Members
+    -------
+    cmd : ``In(stream.Signature(command_layout(addr_width)))``
+        Opcodes other than LOOKUP end with BAD_OPCODE.
+    done : ``Out(stream.Signature(status_layout()))``
+    tables : ``In(data.ArrayLayout(table_layout(addr_width), max_tables))``
+    regions : ``In(data.ArrayLayout(region_layout(addr_width), num_regions))``
+        Both must hold still while a command runs.
+    axi : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
+    counters : ``Out(counters_layout())``
+        ``busy_cycles`` (a command in progress), ``rows_read`` (rows gathered),
+        ``bytes_read``/``bytes_written`` (R and W beats x 64), ``stall_cycles`` (busy cycles
+        with neither an R nor a W beat).
+    """
+
+    def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
+                 outstanding_reads=128, index_buffer_depth=8192, offset_buffer_depth=2048,
+                 output_buffer_depth=128, bag_slots=16, add_stages=None, mul_stages=None):
+        self.check_parameters(
+            max_tables=max_tables, max_dim=max_dim, num_regions=num_regions,
+            addr_width=addr_width, id_width=id_width, outstanding_reads=outstanding_reads,
+            index_buffer_depth=index_buffer_depth, offset_buffer_depth=offset_buffer_depth,
+            output_buffer_depth=output_buffer_depth, bag_slots=bag_slots,
+            add_stages=add_stages, mul_stages=mul_stages)
+        self._max_tables, self._max_dim, self._num_regions = max_tables, max_dim, num_regions
+        self._addr_width, self._id_width, self._outstanding = addr_width, id_width, \
+            outstanding_reads
+        self._index_depth, self._offset_depth = index_buffer_depth, offset_buffer_depth
+        self._output_depth, self._bag_slots = output_buffer_depth, bag_slots
+        self._line_bits = max(1, ceil_log2(max_dim // LANES))
+        self._add_stages, self._mul_stages = add_stages, mul_stages
+        super().__init__({
+            "cmd": In(stream.Signature(command_layout(addr_width))),
+            "done": Out(stream.Signature(status_layout())),
+            "tables": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
+            "regions": In(data.ArrayLayout(region_layout(addr_width), num_regions)),
+            "axi": Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width)),
+            "counters": Out(counters_layout()),
+        })
+
+    @staticmethod
+    def check_parameters(*, max_tables, max_dim, num_regions, addr_width, id_width,
+                         outstanding_reads, index_buffer_depth, offset_buffer_depth,
+                         output_buffer_depth, bag_slots, add_stages, mul_stages):
+        """Raise ``TypeError``/``ValueError`` naming the first bad parameter (used by the
+        constructor and by :class:`~hw.emb.engine.EmbeddingEngine`)."""
+        check_int("Maximum table count", max_tables, minimum=1, maximum=255)
+        check_int("Maximum dimension", max_dim, minimum=16, maximum=4096, multiple_of=16)
+        check_int("Region count", num_regions, minimum=1, maximum=16)
+        check_int("Address width", addr_width, minimum=12, maximum=64)
+        check_int("ID width", id_width, minimum=1, maximum=16)
+        check_int("Outstanding reads", outstanding_reads, minimum=2, power_of_two=True)
+        if outstanding_reads + len(_STREAMS) > 2 ** id_width:
+            raise ValueError(
+                f"Outstanding reads ({outstanding_reads}) plus {len(_STREAMS)} stream IDs need "
+                f"more than {id_width} ID bits")
+        check_int("Index buffer depth", index_buffer_depth, minimum=32, power_of_two=True)
+        check_int("Offset buffer depth", offset_buffer_depth, minimum=32, power_of_two=True)
+        check_int("Output buffer depth", output_buffer_depth, minimum=2)
+        check_int("Bag slots", bag_slots, minimum=2, maximum=64, power_of_two=True)
+        check_stages("Adder", add_stages, FPAdd)
+        check_stages("Multiplier", mul_stages, FPMul, minimum=1)
+
+    @property
+    def max_tables(self):
+        return self._max_tables
+
+    @property
+    def max_dim(self):
+        return self._max_dim
+
+    @property
+    def outstanding_reads(self):
+        return self._outstanding
+
+    @property
+    def index_buffer_depth(self):
+        return self._index_depth
+
+    @property
+    def offset_buffer_depth(self):
+        return self._offset_depth
+
+    @property
+    def output_buffer_depth(self):
+        return self._output_depth
+
+    @property
+    def bag_slots(self):
+        return self._bag_slots
+
+    @property
+    def pooling_latency(self):
+        """Cycles from a line leaving the reorder buffer to its pooled result."""
+        mul = FPMul.DEFAULT_STAGES if self._mul_stages is None else self._mul_stages
+        add = FPAdd.DEFAULT_STAGES if self._add_stages is None else self._add_stages
+        return 1 + mul + add
+
+    def elaborate(self, platform):
+        m = Module()
+        aw = self._addr_width
+        law = aw - 6
+        n_ids = self._outstanding
+
+        m.submodules.checker = checker = CommandChecker(
+            max_tables=self._max_tables, max_dim=self._max_dim,
+            num_regions=self._num_regions, addr_width=aw)
+        windows = {
+            "offsets": LineStream(capacity=self._offset_depth // LANES, addr_width=law),
+            "indices": LineStream(capacity=self._index_depth // LANES, addr_width=law),
+            "weights": LineStream(capacity=self._index_depth // LANES, addr_width=law),
+        }
+        for name, window in windows.items():
+            m.submodules[f"{name}_window"] = window
+        m.submodules.offsets_check = offsets_check = LinePrefetch()
+        m.submodules.offsets_use = offsets_use = LinePrefetch()
+        m.submodules.indices_check = indices_check = LinePrefetch()
+        m.submodules.offsets_validator = offsets_validator = OffsetsValidator(
+            max_tables=self._max_tables)
+        m.submodules.index_validator = index_validator = IndexValidator(
+            max_tables=self._max_tables, addr_width=aw)
+        m.submodules.bags = bags = BagSequencer(max_tables=self._max_tables, addr_width=aw)
+        m.submodules.issuer = issuer = GatherIssuer(
+            max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
+            bag_slots=self._bag_slots)
+        m.submodules.reorder = reorder = ReadReorderBuffer(
+            depth=n_ids, addr_width=law, data_width=512, context=issuer.op_layout)
+        m.submodules.pooler = pooler = Pooler(
+            op_layout=issuer.op_layout, slot_bits=exact_log2(self._bag_slots),
+            line_bits=self._line_bits, line_addr_width=law, out_depth=self._output_depth,
+            add_stages=self._add_stages, mul_stages=self._mul_stages)
+        m.submodules.writer = writer = LineWriter(depth=self._output_depth, addr_width=aw)
+
+        command = Signal(command_layout(aw))
+        entries = Signal(33)  # offsets entries: bags * tables + 1
+        m.d.comb += entries.eq(command.bags * command.tables + 1)
+        offset_lines = (entries + 15) >> 4
+        index_lines = (command.num_indices + 15) >> 4
+        fits = Signal()
+        weighted = Signal()
+        keep = Signal()          # the windows feed the gather (else pass 1 only validates)
+        index_started = Signal()
+        status = Signal(status_layout())
+        locate = Signal()        # the error is an index error whose bag is still unknown
+
+        # --- static wiring of the data path ---------------------------------------------------
+        for table_port in (checker.tables, index_validator.tables, bags.table_config,
+                           issuer.table_config):
+            m.d.comb += table_port.eq(self.tables)
+        m.d.comb += [
+            checker.command.eq(command),
+            checker.regions.eq(self.regions),
+            windows["offsets"].check_addr.eq(offsets_check.addr),
+            offsets_check.data.eq(windows["offsets"].check_data),
+            offsets_check.limit.eq(windows["offsets"].written),
+            windows["offsets"].use_addr.eq(offsets_use.addr),
+            offsets_use.data.eq(windows["offsets"].use_data),
+            offsets_use.limit.eq(windows["offsets"].written),
+            windows["indices"].check_addr.eq(indices_check.addr),
+            indices_check.data.eq(windows["indices"].check_data),
+            indices_check.limit.eq(windows["indices"].written),
+            windows["indices"].use_addr.eq(issuer.index_addr),
+            issuer.index_data.eq(windows["indices"].use_data),
+            windows["weights"].use_addr.eq(issuer.weight_addr),
+            issuer.weight_data.eq(windows["weights"].use_data),
+            issuer.weight_limit.eq(windows["weights"].written << 4),
+            issuer.index_limit.eq(Mux(keep & index_started, index_validator.checked, 0)),
+            bags.limit.eq(Mux(keep, offsets_validator.checked, 0)),
+            windows["offsets"].freed.eq(Mux(keep, bags.freed, offsets_validator.lines_done)),
+            windows["indices"].freed.eq(Mux(keep, issuer.freed, index_validator.lines_done)),
+            windows["weights"].freed.eq(issuer.freed),
+            index_validator.table_starts.eq(offsets_validator.table_starts),
+            index_validator.num_indices.eq(command.num_indices),
+            bags.bags.eq(command.bags),
+            bags.tables.eq(command.tables),
+            bags.output_line.eq(command.output >> 6),
+            bags.row_lines.eq(checker.row_floats >> 4),
+            offsets_validator.bags.eq(command.bags),
+            offsets_validator.tables.eq(command.tables),
+            offsets_validator.num_indices.eq(command.num_indices),
+            pooler.out_level.eq(writer.level),
+        ]
+        wiring.connect(m, offsets_check.lines, offsets_validator.lines)
+        wiring.connect(m, offsets_use.lines, bags.lines)
+        wiring.connect(m, indices_check.lines, index_validator.lines)
+        wiring.connect(m, bags.descriptors, issuer.descriptors)
+        wiring.connect(m, issuer.requests, reorder.request)
+        wiring.connect(m, reorder.pop, pooler.ops)
+        wiring.connect(m, pooler.out, writer.lines)
+
+        # --- AXI read address: streams first (validation must never wait), then rows ---------
+        axi = self.axi
+        ar_valid = Signal()
+        ar_id = Signal(self._id_width)
+        ar_line = Signal(law)
+        load = ~ar_valid | axi.arready
+        sources = [(windows[name].ar, n_ids + k) for k, name in enumerate(_STREAMS)]
+        sources.append((reorder.ar, None))
+        higher = Const(0, 1)
+        for source, fixed_id in sources:
+            m.d.comb += source.ready.eq(load & ~higher)
+            with m.If(load & source.valid & ~higher):
+                m.d.sync += [ar_id.eq(fixed_id if fixed_id is not None else source.payload.id),
+                             ar_line.eq(source.payload.addr)]
+            higher = higher | source.valid
+        with m.If(load):
+            m.d.sync += ar_valid.eq(higher)
+        m.d.comb += [
+            axi.arvalid.eq(ar_valid),
+            axi.arid.eq(ar_id),
+            axi.araddr.eq(ar_line << 6),
+            axi.arlen.eq(0),
+            axi.arsize.eq(6),
+            axi.arburst.eq(1),  # INCR
+        ]
+
+        # --- AXI read data: always accepted (every read has room reserved), then routed -------
+        r_valid = Signal()
+        r_id = Signal(self._id_width)
+        r_data = Signal(512)
+        r_error = Signal()
+        m.d.comb += axi.rready.eq(1)
+        m.d.sync += [r_valid.eq(axi.rvalid), r_id.eq(axi.rid), r_data.eq(axi.rdata),
+                     r_error.eq(axi.rresp != 0)]
+        m.d.comb += [
+            reorder.response.valid.eq(r_valid & (r_id < n_ids)),
+            reorder.response.payload.id.eq(r_id),
+            reorder.response.payload.data.eq(r_data),
+            reorder.response.payload.error.eq(r_error),
+        ]
+        for k, name in enumerate(_STREAMS):
+            m.d.comb += [
+                windows[name].response.valid.eq(r_valid & (r_id == n_ids + k)),
+                windows[name].response.payload.data.eq(r_data),
+                windows[name].response.payload.error.eq(r_error),
+            ]
+
+        # --- AXI writes ----------------------------------------------------------------------
+        m.d.comb += [
+            axi.awvalid.eq(writer.aw.valid),
+            writer.aw.ready.eq(axi.awready),
+            axi.awaddr.eq(writer.aw.payload.addr),
+            axi.awid.eq(0),
+            axi.awlen.eq(0),
+            axi.awsize.eq(6),
+            axi.awburst.eq(1),
+            axi.wvalid.eq(writer.w.valid),
+            writer.w.ready.eq(axi.wready),
+            axi.wdata.eq(writer.w.payload.data),
+            axi.wstrb.eq(-1),
+            axi.wlast.eq(1),
+            writer.b.valid.eq(axi.bvalid),
+            writer.b.payload.resp.eq(axi.bresp),
+            axi.bready.eq(writer.b.ready),
+        ]
+
+        # --- errors, in the order they are reported when several appear together -------------
+        bus_error = (windows["offsets"].error | windows["indices"].error
+                     | windows["weights"].error | pooler.error | writer.error)
+        found = Signal(ERROR_LAYOUT)
+        with m.If(bus_error):
+            m.d.comb += found.code.eq(ErrorCode.BUS_ERROR)
+        with m.Elif(offsets_validator.error.code != ErrorCode.NONE):
+            m.d.comb += found.eq(offsets_validator.error)
+        with m.Elif(index_started & (index_validator.error.code != ErrorCode.NONE)):
+            m.d.comb += found.eq(index_validator.error)
+        with m.Elif(issuer.error.code != ErrorCode.NONE):
+            m.d.comb += found.eq(issuer.error)
+        failed = found.code != ErrorCode.NONE
+
+        def start_window(name, first_line, lines):
+            m.d.comb += [windows[name].start.eq(1),
+                         windows[name].base.eq((getattr(command, name) >> 6) + first_line),
+                         windows[name].count.eq(lines)]
+
+        def start_offsets_validator(mode, *, capture, first, end, threshold=0):
+            m.d.comb += [offsets_validator.start.eq(1), offsets_validator.mode.eq(mode),
+                         offsets_validator.capture.eq(capture),
+                         offsets_validator.first.eq(first), offsets_validator.end.eq(end),
+                         offsets_validator.threshold.eq(threshold),
+                         offsets_check.restart.eq(1), offsets_check.first.eq(0)]
+
+        def start_pass(*, keep_data, capture):
+            start_window("offsets", 0, offset_lines)
+            start_window("indices", 0, index_lines)
+            start_window("weights", 0, Mux(keep_data & weighted, index_lines, 0))
+            start_offsets_validator(OffsetsMode.CHECK, capture=capture, first=0, end=entries)
+            m.d.comb += [indices_check.restart.eq(1), indices_check.first.eq(0),
+                         offsets_use.restart.eq(1), offsets_use.first.eq(0),
+                         bags.start.eq(1), issuer.start.eq(1)]
+
+        streams_idle = (windows["offsets"].idle & windows["indices"].idle
+                        & windows["weights"].idle)
+        all_quiet = (streams_idle & reorder.empty & pooler.idle & writer.idle
+                     & (axi.arvalid == 0))
+
+        with m.FSM(name="control") as fsm:
+            with m.State("Idle"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    payload = self.cmd.payload
+                    m.d.sync += [
+                        command.eq(payload),
+                        status.eq(status_layout().const({})),
+                        status.opcode.eq(payload.opcode),
+                        status.batch.eq(payload.batch),
+                        locate.eq(0),
+                    ]
+                    with m.If(payload.opcode == Opcode.LOOKUP):
+                        m.next = "Check"
+                    with m.Else():
+                        m.d.sync += status.error.eq(ErrorCode.BAD_OPCODE)
+                        m.next = "Done"
+            with m.State("Check"):
+                # First cycle: the command register is loaded; start the checker.
+                m.d.comb += checker.start.eq(1)
+                m.next = "Checking"
+            with m.State("Checking"):
+                with m.If(checker.done):
+                    with m.If(checker.error != ErrorCode.NONE):
+                        m.d.sync += [status.error.eq(checker.error),
+                                     status.table.eq(checker.table)]
+                        m.next = "Done"
+                    with m.Else():
+                        fits_now = ((entries <= self._offset_depth)
+                                    & (command.num_indices <= self._index_depth))
+                        m.d.sync += [fits.eq(fits_now), weighted.eq(checker.weighted),
+                                     keep.eq(fits_now), index_started.eq(0)]
+                        m.d.comb += [pooler.start.eq(1), writer.start.eq(1)]
+                        m.next = "Start"
+            with m.State("Start"):
+                start_pass(keep_data=fits, capture=1)
+                m.next = "Validate"
+            with m.State("Validate"):
+                with m.If(failed):
+                    m.d.sync += [status.error.eq(found.code), status.table.eq(found.table),
+                                 status.bag.eq(found.bag), status.position.eq(found.position),
+                                 locate.eq(found.code == ErrorCode.INDEX_OUT_OF_RANGE)]
+                    m.next = "Abort"
+                with m.Elif(offsets_validator.done & ~index_started):
+                    m.d.comb += index_validator.start.eq(1)
+                    m.d.sync += index_started.eq(1)
+                with m.Elif(offsets_validator.done & index_validator.done):
+                    with m.If(fits):
+                        m.next = "Gather"
+                    with m.Else():
+                        m.next = "Rewind"
+            with m.State("Rewind"):
+                # Pass 2: stream everything again, now into the gather.
+                with m.If(streams_idle):
+                    start_pass(keep_data=1, capture=0)
+                    m.d.comb += index_validator.start.eq(1)
+                    m.d.sync += keep.eq(1)
+                    m.next = "Gather"
+            with m.State("Gather"):
+                m.d.comb += writer.enable.eq(1)
+                finished = (offsets_validator.done & index_validator.done & bags.done
+                            & issuer.idle & all_quiet)
+                with m.If(failed):
+                    m.d.sync += [status.error.eq(found.code), status.table.eq(found.table),
+                                 status.bag.eq(found.bag), status.position.eq(found.position),
+                                 locate.eq(0)]
+                    m.next = "Abort"
+                with m.Elif(finished):
+                    m.next = "Done"
+            with m.State("Abort"):
+                m.d.comb += [issuer.stop.eq(1), pooler.discard.eq(1), writer.flush.eq(1)]
+                for window in windows.values():
+                    m.d.comb += window.stop.eq(1)
+                with m.If(all_quiet):
+                    with m.If(locate):
+                        m.next = "Locate"
+                    with m.Else():
+                        m.next = "Done"
+            with m.State("Locate"):
+                # Count the table's bag starts at or below the index position: that is the bag.
+                first = status.table * command.bags
+                first_line = first >> 4
+                last_line = (first + command.bags + 15) >> 4
+                start_window("offsets", first_line, last_line - first_line)
+                start_offsets_validator(OffsetsMode.COUNT, capture=0, first=first,
+                                        end=first + command.bags, threshold=status.position)
+                m.d.sync += keep.eq(0)
+                m.next = "Counting"
+            with m.State("Counting"):
+                with m.If(offsets_validator.done & windows["offsets"].idle):
+                    with m.If(windows["offsets"].error):
+                        m.d.sync += [status.error.eq(ErrorCode.BUS_ERROR), status.table.eq(0),
+                                     status.position.eq(0)]
+                    with m.Else():
+                        m.d.sync += status.bag.eq(offsets_validator.count - 1)
+                    m.next = "Done"
+            with m.State("Done"):
+                m.d.comb += [self.done.valid.eq(1), self.done.payload.eq(status)]
+                with m.If(self.done.ready):
+                    m.next = "Idle"
+
+        # --- performance counters --------------------------------------------------------------
+        busy = ~fsm.ongoing("Idle")
+        read_beat = axi.rvalid & axi.rready
+        write_beat = writer.beat_written
+        counters = self.counters
+        with m.If(busy):
+            m.d.sync += counters.busy_cycles.eq(counters.busy_cycles + 1)
+            with m.If(~read_beat & ~write_beat):
+                m.d.sync += counters.stall_cycles.eq(counters.stall_cycles + 1)
+        with m.If(issuer.row_issued):
+            m.d.sync += counters.rows_read.eq(counters.rows_read + 1)
+        with m.If(read_beat):
+            m.d.sync += counters.bytes_read.eq(counters.bytes_read + 64)
+        with m.If(write_beat):
+            m.d.sync += counters.bytes_written.eq(counters.bytes_written + 64)
+        return m
+

@@ -1,0 +1,184 @@
+"""Pool gathered lines into bags: ``acc = acc + line * factor``, 16 float32 lanes per cycle.
+
+Every op goes through the same fixed pipeline, so results leave in op order::
+
+    pop -> [mul: M stages] -> [add: A stages] -> accumulator write and/or output
+           a = row line (ROW) | accumulator (SCALE) | 0 (ZERO);  b = factor
+                              a = accumulator or +0.0 (ROW) | -0.0 (SCALE) | +0.0 (ZERO)
+
+One accumulator line per (bag slot, line of the row). The adder's latency makes a bag a
+dependency chain, so an op waits at ``pop`` while an earlier op on the same accumulator line
+has not written it back yet (the issuer interleaves bags so that this rarely happens). The
+multiplier is valid-only; ``x * 1.0`` is exact, so unweighted rows use it too, and MEAN's
+final ``sum * (1/L)`` reuses it instead of needing a second one. ``sum * f + (-0.0)`` is
+``sum * f`` bit for bit, which lets SCALE share the adder as well.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.fp import FPLanes
+
+from .gather import OpKind
+
+__all__ = ["Pooler"]
+
+LANES = 16
+_NEGATIVE_ZERO_LINE = Const(int("80000000" * LANES, 16), 32 * LANES)
+
+
+class Pooler(wiring.Component):
+    """The pooling datapath of the lookup engine.
+
+    Members
+    -------
+    start : ``In(1)``
+        Pulse: clear the error flag.
+    discard : ``In(1)``
+        Accept and drop every op (abort).
+    ops : ``In(stream.Signature({"context": op_layout, "data": 512, "error": 1}))``
+    out : ``Out(stream.Signature({"line", "data"}, always_ready=True))``
+        Pooled output lines; only produced when ``out_level`` shows room for them.
+    out_level : ``In(range(out_depth + 1))``
+        Lines waiting in the output buffer (capacity ``out_depth``).
+    idle : ``Out(1)``
+        Nothing in the pipeline.
+    error : ``Out(1)``
+        An op carried a bus error.
+    """
+
+    def __init__(self, *, op_layout, slot_bits, line_bits, line_addr_width, out_depth,
+                 add_stages=None, mul_stages=None):
+        self._op_layout = op_layout
+        self._slot_bits = slot_bits
+        self._line_bits = line_bits
+        self._out_depth = out_depth
+        self._mul = FPLanes(op="mul", lanes=LANES, stages=mul_stages)
+        self._add = FPLanes(op="add", lanes=LANES, stages=add_stages)
+        if self._mul.latency < 1:
+            raise ValueError("The pooling multiplier needs at least one pipeline stage")
+        super().__init__({
+            "start": In(1),
+            "discard": In(1),
+            "ops": In(stream.Signature(data.StructLayout({
+                "context": op_layout, "data": unsigned(32 * LANES), "error": 1}))),
+            "out": Out(stream.Signature(data.StructLayout({
+                "line": unsigned(line_addr_width), "data": unsigned(32 * LANES)}),
+                always_ready=True)),
+            "out_level": In(range(out_depth + 1)),
+            "idle": Out(1),
+            "error": Out(1),
+        })
+
+    @property
+    def latency(self):
+        """Cycles from an op's pop to its accumulator write or output."""
+        return 1 + self._mul.latency + self._add.latency
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.mul = mul = self._mul
+        m.submodules.add = add = self._add
+        mul_latency, add_latency = mul.latency, add.latency
+        depth = mul_latency + add_latency
+
+        m.submodules.accumulators = accumulators = memory.Memory(
+            shape=unsigned(32 * LANES), depth=2 ** (self._slot_bits + self._line_bits), init=[])
+        acc_write = accumulators.write_port()
+        acc_early = accumulators.read_port(transparent_for=(acc_write,))  # SCALE, at pop
+        acc_late = accumulators.read_port(transparent_for=(acc_write,))   # ROW, at the adder
+
+        def address(context):
+            return Cat(context.line, context.slot)
+
+        def writes_back(context):
+            return (context.kind == OpKind.ROW) & ~context.last
+
+        def makes_output(context):
+            return (context.kind != OpKind.ROW) | context.last
+
+        op = self.ops.payload.context
+
+        # --- hazards: the previous (mul + add) pops, as (writes back, address) ---------------
+        history_valid = [Signal(name=f"history_valid_{k}") for k in range(depth)]
+        history_address = [Signal(self._slot_bits + self._line_bits, name=f"history_address_{k}")
+                           for k in range(depth)]
+        here = address(op)
+        conflict_late = Cat(history_valid[k] & (history_address[k] == here)
+                            for k in range(add_latency)).any()
+        conflict_early = Cat(history_valid[k] & (history_address[k] == here)
+                             for k in range(depth)).any()
+        hazard = (((op.kind == OpKind.ROW) & ~op.first & conflict_late)
+                  | ((op.kind == OpKind.SCALE) & conflict_early))
+
+        outputs_in_flight = Signal(range(self._out_depth + 1))
+        has_room = self.out_level + outputs_in_flight < self._out_depth
+        pop = Signal()
+        keep = Signal()
+        m.d.comb += [
+            self.ops.ready.eq(self.discard | (~hazard & (~makes_output(op) | has_room))),
+            pop.eq(self.ops.valid & self.ops.ready),
+            keep.eq(pop & ~self.discard),
+            acc_early.addr.eq(here),
+        ]
+        m.d.sync += [history_valid[0].eq(keep & writes_back(op)), history_address[0].eq(here)]
+        for k in range(1, depth):
+            m.d.sync += [history_valid[k].eq(history_valid[k - 1]),
+                         history_address[k].eq(history_address[k - 1])]
+
+        # --- the pipeline: stage k holds the op popped k + 1 cycles ago ----------------------
+        stage_layout = data.StructLayout({
+            "kind": OpKind, "slot": unsigned(self._slot_bits),
+            "line": unsigned(self._line_bits), "first": 1, "last": 1,
+            "out_line": self.out.payload.line.shape()})
+        valid = [Signal(name=f"valid_{k}") for k in range(depth + 1)]
+        stage = [Signal(stage_layout, name=f"stage_{k}") for k in range(depth + 1)]
+        row_data = Signal(32 * LANES)
+        factor = Signal(32)
+        m.d.sync += [valid[0].eq(keep), row_data.eq(self.ops.payload.data),
+                     factor.eq(op.factor)]
+        for name in ("kind", "slot", "line", "first", "last", "out_line"):
+            m.d.sync += getattr(stage[0], name).eq(getattr(op, name))
+        for k in range(1, depth + 1):
+            m.d.sync += [valid[k].eq(valid[k - 1]), stage[k].eq(stage[k - 1])]
+
+        head = stage[0]
+        m.d.comb += [
+            mul.i.valid.eq(valid[0]),
+            mul.i.payload.a.eq(Mux(head.kind == OpKind.ROW, row_data,
+                                   Mux(head.kind == OpKind.SCALE, acc_early.data, 0))),
+            mul.i.payload.b.eq(factor.replicate(LANES)),
+        ]
+
+        middle = stage[mul_latency]
+        m.d.comb += [
+            acc_late.addr.eq(address(stage[mul_latency - 1])),
+            add.i.valid.eq(valid[mul_latency]),
+            add.i.payload.a.eq(
+                Mux(middle.kind == OpKind.ROW, Mux(middle.first, 0, acc_late.data),
+                    Mux(middle.kind == OpKind.SCALE, _NEGATIVE_ZERO_LINE, 0))),
+            add.i.payload.b.eq(mul.o.payload),
+            add.i.payload.sub.eq(0),
+        ]
+
+        tail = stage[depth]
+        result = add.o.payload.as_value()
+        push = Signal()
+        m.d.comb += [
+            acc_write.addr.eq(address(tail)),
+            acc_write.data.eq(result),
+            acc_write.en.eq(valid[depth] & writes_back(tail)),
+            push.eq(valid[depth] & makes_output(tail)),
+            self.out.valid.eq(push),
+            self.out.payload.line.eq(tail.out_line),
+            self.out.payload.data.eq(result),
+            self.idle.eq(~Cat(valid).any()),
+        ]
+        m.d.sync += outputs_in_flight.eq(outputs_in_flight + (keep & makes_output(op)) - push)
+
+        with m.If(self.start):
+            m.d.sync += self.error.eq(0)
+        with m.Elif(pop & self.ops.payload.error):
+            m.d.sync += self.error.eq(1)
+        return m

@@ -1,0 +1,491 @@
+"""Near-memory sparse SGD: the embedding UPDATE command (DLRM backward pass).
+
+The engine applies ``w = w - float32(lr) * g`` to every row a batch looked up, with exactly the
+semantics of ``sw_model.sparse_sgd_update(..., max_unique_rows=M)``: gradient contributions
+(``grad_out`` row block times 1.0, the per-sample weight, or ``float32(1)/float32(L)``) are summed
+per distinct (table, row) in TBE occurrence order from +0.0, and each distinct row is updated
+once per chunk, where a chunk closes just before the occurrence that would bring in its
+(M+1)-th distinct row.
+
+How a command runs
+------------------
+1. **Check** the descriptors and buffers (:mod:`.update_checks`): no memory access yet.
+2. **Validate**: walk all offsets, then all indices (:mod:`.update_walker`). Any bad offset
+   or index ends the command here, so a bad command modifies no row.
+3. **Accumulate** a chunk: walk again; each occurrence fetches its gradient lines, gets a slot
+   in the unique-row CAM (:mod:`.update_rows`) and its lines are multiplied by the scale and
+   added into the on-chip gradient buffer (:mod:`.update_datapath`).
+4. When an occurrence finds the CAM full (or the walk ends): wait for the accumulations to
+   settle, wait until every row write of the previous chunk has its B response (so a row
+   updated then and needed again now is read back with its new value, whatever the memory's
+   latency), then **apply**: read each slot's row, ``row - lr * sum``, write it back. The CAM
+   is then cleared and the waiting occurrence starts the next chunk; the previous chunk's
+   writes drain while the next chunk accumulates (that phase reads only gradients).
+5. The status is reported once every write has completed (is persistent).
+
+Bus errors (``rresp``/``bresp`` not OKAY) stop all new reads, drop the row writes not yet
+offered and end the command with ``BUS_ERROR`` after the bus is quiet; rows already written
+stay written. Every read and write is one 64-byte line with ID 0 (so AXI returns responses
+in order; ``id_width`` only sizes the port). Gradient, index, offset and weight buffers must
+not overlap the tables (they are read while rows are written).
+"""
+
+from amaranth.hdl import Cat, Const, Module, ResetInserter, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.fp import FPAdd, FPMul
+from hw.mem.axi import AXI4Signature
+
+from .layouts import (
+    LINE_BYTES,
+    ErrorCode,
+    command_layout,
+    counters_layout,
+    region_layout,
+    status_layout,
+    table_layout,
+)
+from .update_checks import CommandChecker
+from .update_datapath import UpdateDatapath
+from .update_fetch import GradientFetch, RowFetch, chunk_occurrence_layout
+from .update_reads import ReadRouter, WordReader
+from .update_rows import UniqueRows
+from .update_walker import OccurrenceWalker, WalkMode
+from .update_writes import WriteQueue
+
+__all__ = ["UpdateEngine"]
+
+_INCR = 1
+_STREAM_DEPTH = 4        # response FIFO lines for offsets, indices and weights
+_MAX_OUTSTANDING_WRITES = 64
+
+
+def _check_int(value, low, high, message):
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{message}, not {value!r}")
+
+
+def _check_stages(value, unit, name):
+    maximum = len(unit.CUTS) - 1
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                              or not 0 <= value <= maximum):
+        raise ValueError(
+            f"{name} stages must be None or an integer in 0..{maximum}, not {value!r}")
+    return unit.DEFAULT_STAGES if value is None else value
+
+
+class UpdateEngine(wiring.Component):
+    """Sparse SGD engine for UPDATE commands (module docstring for the algorithm).
+
+    Parameters (keyword-only)
+    -------------------------
+    max_tables : int
+        Table descriptors, 1..255.
+    max_dim : int
+        Largest ``dim``: a multiple of 16 in 16..65520 (sets the gradient buffer's slot size).
+    num_regions : int
+        Memory region descriptors, 1..64.
+    addr_width : int
+        Byte address width, 12..64.
+    id_width : int
+        AXI ID width, 1..16 (the engine always uses ID 0).
+    max_unique_rows : int
+        On-chip capacity M (distinct rows per chunk), 1..1024.
+    mul_stages, add_stages : int or None
+        Register stages of the FP multiplier and adder (``None``: their defaults).
+    outstanding_reads : int
+        Gradient and row lines in flight each (their response FIFO depth), 4..256.
+
+    Members
+    -------
+    cmd : ``In(stream.Signature(command_layout(addr_width)))``
+        Commands; only UPDATE is accepted (others end with ``BAD_OPCODE``).
+    done : ``Out(stream.Signature(status_layout()))``
+        One status per command, after all its writes completed.
+    tables : ``In(data.ArrayLayout(table_layout(addr_width), max_tables))``
+    regions : ``In(data.ArrayLayout(region_layout(addr_width), num_regions))``
+        Descriptors; must not change while a command runs.
+    lr : ``In(32)``
+        Learning rate, binary32 bits; must not change while a command runs.
+    axi : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
+    counters : ``Out(counters_layout())``
+        Free-running: ``busy_cycles`` (a command is in progress), ``rows_read`` (table rows
+        fetched for updating), ``bytes_read``/``bytes_written`` (AXI data beats x 64),
+        ``stall_cycles`` (busy, something waits on the bus, and no channel moved).
+
+    Raises
+    ------
+    ValueError
+        If a parameter is out of range.
+    """
+
+    def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
+                 max_unique_rows=64, mul_stages=None, add_stages=None, outstanding_reads=16):
+        _check_int(max_tables, 1, 255, "Table count limit must be an integer in 1..255")
+        if (not isinstance(max_dim, int) or isinstance(max_dim, bool)
+                or not 16 <= max_dim <= 65520 or max_dim % 16):
+            raise ValueError(
+                f"Maximum dimension must be a multiple of 16 in 16..65520, not {max_dim!r}")
+        _check_int(num_regions, 1, 64, "Region count must be an integer in 1..64")
+        _check_int(addr_width, 12, 64, "Address width must be an integer in 12..64")
+        _check_int(id_width, 1, 16, "ID width must be an integer in 1..16")
+        _check_int(max_unique_rows, 1, 1024,
+                   "Unique-row capacity must be an integer in 1..1024")
+        self._mul_stages = _check_stages(mul_stages, FPMul, "Multiplier")
+        self._add_stages = _check_stages(add_stages, FPAdd, "Adder")
+        _check_int(outstanding_reads, 4, 256,
+                   "Outstanding reads must be an integer in 4..256")
+        self._max_tables = max_tables
+        self._max_dim = max_dim
+        self._num_regions = num_regions
+        self._addr_width = addr_width
+        self._id_width = id_width
+        self._max_unique_rows = max_unique_rows
+        self._outstanding_reads = outstanding_reads
+        super().__init__({
+            "cmd": In(stream.Signature(command_layout(addr_width))),
+            "done": Out(stream.Signature(status_layout())),
+            "tables": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
+            "regions": In(data.ArrayLayout(region_layout(addr_width), num_regions)),
+            "lr": In(32),
+            "axi": Out(AXI4Signature(addr_width=addr_width, data_width=512,
+                                     id_width=id_width)),
+            "counters": Out(counters_layout()),
+        })
+
+    @property
+    def max_tables(self):
+        return self._max_tables
+
+    @property
+    def max_dim(self):
+        return self._max_dim
+
+    @property
+    def num_regions(self):
+        return self._num_regions
+
+    @property
+    def addr_width(self):
+        return self._addr_width
+
+    @property
+    def id_width(self):
+        return self._id_width
+
+    @property
+    def max_unique_rows(self):
+        """On-chip capacity M: distinct rows per chunk (``sparse_sgd_update``'s argument)."""
+        return self._max_unique_rows
+
+    @property
+    def lines_per_row(self):
+        """Gradient buffer lines per slot (``max_dim / 16``)."""
+        return self._max_dim // 16
+
+    @property
+    def gradient_buffer_lines(self):
+        """64-byte lines of on-chip gradient buffer."""
+        return self._max_unique_rows * self.lines_per_row
+
+    @property
+    def mul_latency(self):
+        return self._mul_stages
+
+    @property
+    def add_latency(self):
+        return self._add_stages
+
+    @property
+    def hazard_window(self):
+        """Cycles a gradient line waits before the same buffer line can be accumulated again."""
+        return self._add_stages + 1
+
+    @property
+    def outstanding_reads(self):
+        return self._outstanding_reads
+
+    @property
+    def max_outstanding_reads(self):
+        return 2 * self._outstanding_reads + 3 * _STREAM_DEPTH
+
+    @property
+    def max_outstanding_writes(self):
+        return _MAX_OUTSTANDING_WRITES
+
+    def elaborate(self, platform):
+        m = Module()
+        aw = self._addr_width
+        line_address_width = aw - 6
+        capacity = self._max_unique_rows
+
+        # Per-command state is cleared when a command is accepted (the bus is quiet then).
+        clear = Signal()
+
+        def per_command(name, component):
+            m.submodules[name] = ResetInserter(clear)(component)
+            return component
+
+        checker = m.submodules.checker = CommandChecker(
+            max_tables=self._max_tables, max_dim=self._max_dim,
+            num_regions=self._num_regions, addr_width=aw)
+        router = per_command("router", ReadRouter(
+            line_address_width=line_address_width,
+            sources=[("rows", self._outstanding_reads),
+                     ("gradient", self._outstanding_reads),
+                     ("indices", _STREAM_DEPTH),
+                     ("weights", _STREAM_DEPTH),
+                     ("offsets", _STREAM_DEPTH)]))
+        readers = {name: per_command(f"{name}_reader",
+                                     WordReader(line_address_width=line_address_width))
+                   for name in ("offsets", "indices", "weights")}
+        walker = per_command("walker", OccurrenceWalker(
+            max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw))
+        gradient_fetch = per_command("gradient_fetch", GradientFetch(
+            table_width=walker.table_width, line_width=walker.line_width,
+            line_address_width=line_address_width))
+        unique = per_command("unique", UniqueRows(
+            capacity=capacity, table_width=walker.table_width,
+            payload_shape=chunk_occurrence_layout(line_width=walker.line_width)))
+        row_fetch = per_command("row_fetch", RowFetch(
+            capacity=capacity, max_tables=self._max_tables, table_width=walker.table_width,
+            line_width=walker.line_width, addr_width=aw,
+            context_depth=self._outstanding_reads + 2))
+        datapath = per_command("datapath", UpdateDatapath(
+            capacity=capacity, lines_per_slot=self.lines_per_row,
+            line_address_width=line_address_width, mul_stages=self._mul_stages,
+            add_stages=self._add_stages))
+        writes = per_command("writes", WriteQueue(
+            line_address_width=line_address_width, max_outstanding=_MAX_OUTSTANDING_WRITES))
+
+        # The command, latched when accepted.
+        command = Signal(command_layout(aw))
+        m.d.comb += [
+            checker.command.eq(command),
+            checker.descriptors.eq(self.tables),
+            checker.regions.eq(self.regions),
+            walker.descriptors.eq(self.tables),
+            row_fetch.descriptors.eq(self.tables),
+            datapath.lr.eq(self.lr),
+        ]
+
+        # Word streams: offsets, indices, weights.
+        for name, reader in readers.items():
+            wiring.connect(m, reader.request, getattr(router, f"{name}_request"))
+            wiring.connect(m, getattr(router, f"{name}_response"), reader.lines)
+            wiring.connect(m, reader.o, getattr(walker, name))
+        m.d.comb += [
+            readers["offsets"].base.eq(command.offsets >> 6),
+            readers["offsets"].words.eq(command.tables * command.bags + 1),
+            readers["indices"].base.eq(command.indices >> 6),
+            readers["indices"].words.eq(command.num_indices),
+            readers["weights"].base.eq(command.weights >> 6),
+            readers["weights"].words.eq(command.num_indices),
+            walker.bags.eq(command.bags),
+            walker.tables.eq(command.tables),
+            walker.num_indices.eq(command.num_indices),
+            walker.gradient.eq(command.output >> 6),
+            walker.row_lines.eq(checker.row_lines),
+            walker.use_weights.eq(checker.use_weights),
+        ]
+
+        # Occurrences: walker -> gradient fetch -> unique rows -> accumulation.
+        wiring.connect(m, walker.o, gradient_fetch.i)
+        wiring.connect(m, gradient_fetch.request, router.gradient_request)
+        wiring.connect(m, gradient_fetch.o, unique.i)
+        occurrence = unique.o.payload
+        m.d.comb += [
+            datapath.accumulate.valid.eq(unique.o.valid),
+            datapath.accumulate.payload.slot.eq(occurrence.slot),
+            datapath.accumulate.payload.fresh.eq(occurrence.fresh),
+            datapath.accumulate.payload.scale.eq(occurrence.data.scale),
+            datapath.accumulate.payload.lines.eq(occurrence.data.lines),
+            unique.o.ready.eq(datapath.accumulate.ready),
+        ]
+        wiring.connect(m, router.gradient_response, datapath.gradient)
+
+        # Rows of a chunk: row fetch -> router -> datapath -> write queue.
+        m.d.comb += [
+            unique.key_slot.eq(row_fetch.key_slot),
+            row_fetch.key.eq(unique.key),
+            row_fetch.count.eq(unique.count),
+        ]
+        wiring.connect(m, row_fetch.request, router.rows_request)
+        wiring.connect(m, router.rows_response, datapath.rows)
+        wiring.connect(m, row_fetch.context, datapath.row_context)
+        wiring.connect(m, datapath.writes, writes.i)
+
+        # AXI: single-line INCR bursts, ID 0.
+        axi = self.axi
+        size = LINE_BYTES.bit_length() - 1
+        m.d.comb += [
+            axi.arid.eq(0), axi.arlen.eq(0), axi.arsize.eq(size), axi.arburst.eq(_INCR),
+            axi.araddr.eq(Cat(Const(0, 6), router.ar.payload)),
+            axi.arvalid.eq(router.ar.valid), router.ar.ready.eq(axi.arready),
+            router.r.valid.eq(axi.rvalid), router.r.payload.data.eq(axi.rdata),
+            router.r.payload.resp.eq(axi.rresp), axi.rready.eq(router.r.ready),
+            axi.awid.eq(0), axi.awlen.eq(0), axi.awsize.eq(size), axi.awburst.eq(_INCR),
+            axi.awaddr.eq(Cat(Const(0, 6), writes.aw.payload)),
+            axi.awvalid.eq(writes.aw.valid), writes.aw.ready.eq(axi.awready),
+            axi.wdata.eq(writes.w.payload), axi.wstrb.eq(-1), axi.wlast.eq(1),
+            axi.wvalid.eq(writes.w.valid), writes.w.ready.eq(axi.wready),
+            writes.b.valid.eq(axi.bvalid), writes.b.payload.eq(axi.bresp),
+            axi.bready.eq(writes.b.ready),
+        ]
+
+        # Status of the command in progress.
+        error = Signal(ErrorCode)
+        error_table = Signal(8)
+        error_bag = Signal(16)
+        error_position = Signal(32)
+        bus_error = Signal()
+        last_chunk = Signal()
+        halted = Signal()  # after an error: no new read, no row write not yet offered
+        stop = halted | bus_error | router.error | writes.error  # from the error's own cycle
+        m.d.comb += [router.stop.eq(stop), writes.stop.eq(stop)]
+        with m.If(router.error | writes.error):
+            m.d.sync += bus_error.eq(1)
+
+        def record(status):
+            m.d.sync += [error.eq(status.error), error_table.eq(status.table)]
+            if hasattr(status, "bag"):
+                m.d.sync += [error_bag.eq(status.bag), error_position.eq(status.position)]
+
+        def start_walk(mode):
+            m.d.comb += [
+                readers["offsets"].start.eq(1),
+                readers["indices"].start.eq(mode != WalkMode.OFFSETS),
+                readers["weights"].start.eq((mode == WalkMode.UPDATE) & checker.use_weights),
+                walker.start.eq(1),
+                walker.mode.eq(mode),
+            ]
+
+        walk_failed = walker.status.done & (walker.status.error != ErrorCode.NONE)
+        walk_finished = (walker.status.done & ~walker.o.valid & gradient_fetch.idle)
+        writes_settled = writes.idle & datapath.apply_idle & ~datapath.writes_queued
+
+        with m.FSM():
+            with m.State("Idle"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.comb += [clear.eq(1), checker.start.eq(1)]
+                    m.d.sync += [
+                        command.eq(self.cmd.payload),
+                        error.eq(ErrorCode.NONE), error_table.eq(0), error_bag.eq(0),
+                        error_position.eq(0), bus_error.eq(0), last_chunk.eq(0),
+                        halted.eq(0),
+                    ]
+                    m.next = "Check"
+
+            with m.State("Check"):
+                with m.If(checker.status.done):
+                    with m.If(checker.status.error != ErrorCode.NONE):
+                        record(checker.status)
+                        m.next = "Done"
+                    with m.Else():
+                        start_walk(WalkMode.OFFSETS)
+                        m.next = "Validate-Offsets"
+
+            for state, mode, following in (("Validate-Offsets", WalkMode.INDICES,
+                                            "Validate-Indices"),
+                                           ("Validate-Indices", WalkMode.UPDATE,
+                                            "Accumulate")):
+                with m.State(state):
+                    with m.If(bus_error):
+                        m.next = "Drain"
+                    with m.Elif(walk_failed):
+                        record(walker.status)
+                        m.next = "Drain"
+                    with m.Elif(walker.status.done):
+                        start_walk(mode)
+                        m.next = following
+
+            with m.State("Accumulate"):
+                with m.If(bus_error):
+                    m.next = "Drain"
+                with m.Elif(walk_failed):  # only if memory changed since the validation
+                    record(walker.status)
+                    m.next = "Drain"
+                with m.Elif(unique.full):
+                    m.next = "Chunk-Settle"
+                with m.Elif(walk_finished & ~unique.i.valid):
+                    m.d.sync += last_chunk.eq(1)
+                    m.next = "Chunk-Settle"
+
+            with m.State("Chunk-Settle"):
+                with m.If(bus_error):
+                    m.next = "Drain"
+                with m.Elif(~unique.o.valid & datapath.accumulate_idle):
+                    with m.If(unique.count == 0):
+                        m.next = "Flush"
+                    with m.Else():
+                        m.next = "Chunk-Writes"
+
+            with m.State("Chunk-Writes"):
+                # Read-after-write: no row of this chunk is read before every write of the
+                # previous chunk has completed.
+                with m.If(bus_error):
+                    m.next = "Drain"
+                with m.Elif(writes_settled):
+                    m.d.comb += row_fetch.start.eq(1)
+                    m.next = "Apply"
+
+            with m.State("Apply"):
+                with m.If(bus_error):
+                    m.next = "Drain"
+                with m.Elif(~row_fetch.busy & datapath.apply_idle):
+                    m.d.comb += unique.clear.eq(1)
+                    with m.If(last_chunk):
+                        m.next = "Flush"
+                    with m.Else():
+                        m.next = "Accumulate"
+
+            with m.State("Flush"):
+                with m.If(bus_error):
+                    m.next = "Drain"
+                with m.Elif(writes_settled):
+                    m.next = "Done"
+
+            with m.State("Drain"):
+                m.d.comb += [router.stop.eq(1), writes.stop.eq(1)]
+                m.d.sync += halted.eq(1)  # stays set in Done: late results are dropped too
+                with m.If((router.outstanding == 0) & writes_settled):
+                    m.next = "Done"
+
+            with m.State("Done"):
+                m.d.comb += [
+                    self.done.valid.eq(1),
+                    self.done.payload.opcode.eq(command.opcode),
+                    self.done.payload.batch.eq(command.batch),
+                ]
+                with m.If(bus_error):
+                    m.d.comb += self.done.payload.error.eq(ErrorCode.BUS_ERROR)
+                with m.Else():
+                    m.d.comb += [
+                        self.done.payload.error.eq(error),
+                        self.done.payload.table.eq(error_table),
+                        self.done.payload.bag.eq(error_bag),
+                        self.done.payload.position.eq(error_position),
+                    ]
+                with m.If(self.done.ready):
+                    m.next = "Idle"
+
+        # Performance counters (free-running, reset only with the engine).
+        busy = Signal()
+        m.d.comb += busy.eq(~self.cmd.ready)
+        counters = self.counters
+        read_beat = axi.rvalid & axi.rready
+        write_beat = axi.wvalid & axi.wready
+        moved = (read_beat | write_beat | (axi.arvalid & axi.arready) |
+                 (axi.awvalid & axi.awready) | (axi.bvalid & axi.bready))
+        waiting = (axi.arvalid | axi.awvalid | axi.wvalid | (router.outstanding != 0) |
+                   (writes.outstanding != 0))
+        m.d.sync += [
+            counters.busy_cycles.eq(counters.busy_cycles + busy),
+            counters.rows_read.eq(counters.rows_read + row_fetch.row_started),
+            counters.bytes_read.eq(counters.bytes_read + Cat(Const(0, 6), read_beat)),
+            counters.bytes_written.eq(counters.bytes_written + Cat(Const(0, 6), write_beat)),
+            counters.stall_cycles.eq(counters.stall_cycles + (busy & waiting & ~moved)),
+        ]
+        return m

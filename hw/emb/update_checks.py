@@ -1,0 +1,181 @@
+"""Checks an UPDATE command's descriptors and buffers before any memory access.
+
+Order (the first failure is reported; ``table`` names the table where there is one, the
+other location fields are 0). It is the order of the lookup engine's checker
+(``hw.emb.checks``), so both commands report the same error for the same mistake:
+
+1. ``opcode`` must be UPDATE (``BAD_OPCODE``; the engine's owner only sends UPDATE);
+2. ``tables`` must be in ``1..max_tables`` (``BAD_TABLE_COUNT``);
+3. each table ``t`` in order: ``dim`` a non-zero multiple of 16 up to ``max_dim``
+   (``BAD_DIMENSION``), ``base`` 64-byte aligned (``MISALIGNED_ADDRESS``), and its
+   ``rows * dim * 4`` bytes, if any, inside one enabled region (``ADDRESS_OUT_OF_REGION``);
+4. the buffers, each aligned and then inside one enabled region, counted in whole lines since
+   the engine reads whole lines: indices (``num_indices`` words), offsets
+   (``tables * bags + 1`` words), weights (``num_indices`` words, only when some table is
+   WEIGHTED), gradient (``bags`` rows of ``sum(dim)`` floats). A buffer of no lines is not
+   checked at all.
+
+A region is ``[base, base + size)``.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, enum, wiring
+from amaranth.lib.wiring import In, Out
+
+from .layouts import ErrorCode, Opcode, PoolingMode, command_layout, region_layout, table_layout
+
+__all__ = ["CommandChecker"]
+
+_LENGTH_WIDTH = 52  # rows (32 bits) * dim * 4 (18 bits), bags * row bytes (16 + 26 bits)
+
+
+class _Item(enum.Enum, shape=3):
+    TABLE = 0
+    INDICES = 1
+    OFFSETS = 2
+    WEIGHTS = 3
+    GRADIENT = 4
+
+
+class CommandChecker(wiring.Component):
+    """Sequential checker: about three cycles per table and per buffer.
+
+    Members
+    -------
+    start : ``In(1)``
+        Check the ``command`` (which, like ``descriptors`` and ``regions``, must stay stable
+        until ``status.done``).
+    status : ``Out({"done": 1, "error": ErrorCode, "table": 8})``
+        Held from the end of a check to the next ``start``.
+    row_lines : ``Out(32)``
+        Lines per gradient row, ``sum(dim) / 16`` over the command's tables (valid when done).
+    use_weights : ``Out(1)``
+        Some table of the command is WEIGHTED (valid when done).
+    """
+
+    def __init__(self, *, max_tables, max_dim, num_regions, addr_width):
+        self._max_tables = max_tables
+        self._max_dim = max_dim
+        self._num_regions = num_regions
+        self._addr_width = addr_width
+        super().__init__({
+            "start": In(1),
+            "command": In(command_layout(addr_width)),
+            "descriptors": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
+            "regions": In(data.ArrayLayout(region_layout(addr_width), num_regions)),
+            "status": Out(data.StructLayout({"done": 1, "error": ErrorCode, "table": 8})),
+            "row_lines": Out(32),
+            "use_weights": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        command = self.command
+        table = Signal(8)
+        item = Signal(_Item)
+        start = Signal(self._addr_width)
+        factor_a = Signal(40)
+        factor_b = Signal(28)
+        length = Signal(_LENGTH_WIDTH)
+        dims = Signal(32)  # sum of dim over the tables checked so far
+        weighted = Signal()
+        m.d.comb += [self.row_lines.eq(dims >> 4), self.use_weights.eq(weighted)]
+
+        descriptor = self.descriptors[table[:max(self._max_tables - 1, 1).bit_length()]]
+
+        def fail(code, table_=0):
+            m.d.sync += [
+                self.status.done.eq(1),
+                self.status.error.eq(code),
+                self.status.table.eq(table_),
+            ]
+            m.next = "Idle"
+
+        def extent(kind, base, count, size):
+            """Check ``count * size`` bytes at ``base`` next (after its alignment)."""
+            m.d.sync += item.eq(kind)
+            if kind != _Item.TABLE:
+                with m.If(count == 0):  # an empty buffer is never read
+                    m.next = "Next"
+            with m.If((count != 0) | (kind == _Item.TABLE)):
+                with m.If(base[:6] != 0):
+                    fail(ErrorCode.MISALIGNED_ADDRESS, table if kind == _Item.TABLE else 0)
+                with m.Else():
+                    m.d.sync += [start.eq(base), factor_a.eq(count), factor_b.eq(size)]
+                    m.next = "Length"
+
+        def lines(words):
+            return (words + 15) >> 4
+
+        with m.FSM():
+            with m.State("Idle"):
+                with m.If(self.start):
+                    m.d.sync += [self.status.eq(0), table.eq(0), dims.eq(0), weighted.eq(0)]
+                    m.next = "Command"
+
+            with m.State("Command"):
+                with m.If(command.opcode != Opcode.UPDATE):
+                    fail(ErrorCode.BAD_OPCODE)
+                with m.Elif((command.tables == 0) | (command.tables > self._max_tables)):
+                    fail(ErrorCode.BAD_TABLE_COUNT)
+                with m.Else():
+                    m.next = "Table"
+
+            with m.State("Table"):
+                dim = descriptor.dim
+                with m.If((dim == 0) | (dim[:4] != 0) | (dim > self._max_dim)):
+                    fail(ErrorCode.BAD_DIMENSION, table)
+                with m.Else():
+                    m.d.sync += [
+                        dims.eq(dims + dim),
+                        weighted.eq(weighted | (descriptor.mode == PoolingMode.WEIGHTED)),
+                    ]
+                    extent(_Item.TABLE, descriptor.base, descriptor.rows, dim * 4)
+
+            with m.State("Length"):
+                m.d.sync += length.eq(factor_a * factor_b)
+                m.next = "Region"
+
+            with m.State("Region"):
+                end = start + length
+                inside = [region.enable & (start >= region.base) &
+                          (end <= region.base + region.size) for region in self.regions]
+                with m.If((length != 0) & ~Cat(*inside).any()):
+                    fail(ErrorCode.ADDRESS_OUT_OF_REGION, Mux(item == _Item.TABLE, table, 0))
+                with m.Else():
+                    m.next = "Next"
+
+            with m.State("Next"):
+                with m.Switch(item):
+                    with m.Case(_Item.TABLE):
+                        with m.If(table + 1 == command.tables):
+                            m.next = "Indices"
+                        with m.Else():
+                            m.d.sync += table.eq(table + 1)
+                            m.next = "Table"
+                    with m.Case(_Item.INDICES):
+                        m.next = "Offsets"
+                    with m.Case(_Item.OFFSETS):
+                        with m.If(weighted):
+                            m.next = "Weights"
+                        with m.Else():
+                            m.next = "Gradient"
+                    with m.Case(_Item.WEIGHTS):
+                        m.next = "Gradient"
+                    with m.Case(_Item.GRADIENT):
+                        m.d.sync += self.status.done.eq(1)
+                        m.next = "Idle"
+
+            with m.State("Indices"):
+                extent(_Item.INDICES, command.indices, lines(command.num_indices), 64)
+
+            with m.State("Offsets"):
+                extent(_Item.OFFSETS, command.offsets,
+                       lines(command.tables * command.bags + 1), 64)
+
+            with m.State("Weights"):
+                extent(_Item.WEIGHTS, command.weights, lines(command.num_indices), 64)
+
+            with m.State("Gradient"):
+                extent(_Item.GRADIENT, command.output, command.bags * (dims >> 4), 64)
+        return m

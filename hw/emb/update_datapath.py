@@ -1,0 +1,278 @@
+"""The update engine's arithmetic: gradient accumulation and the SGD step, on shared FP lanes.
+
+Both jobs are "multiply, then add" on 16-float lines, so one :class:`~hw.fp.FPLanes` multiplier
+and one adder serve both, one job at a time (the engine never overlaps them):
+
+* accumulate (per gradient line of an occurrence):
+  ``acc[slot, line] = (fresh ? +0.0 : acc[slot, line]) + grad_line * scale``;
+* apply (per line of a row of the chunk): ``row_line - lr * acc[slot, line]``, to be written.
+
+The gradient buffer holds ``capacity`` slots of ``max_dim / 16`` lines. An accumulation reads
+its slot's line when the product leaves the multiplier and writes the sum when it leaves the
+adder, so a second contribution to the same line must not enter within ``add latency + 1`` cycles
+of the first (it would read the sum before it is written): a short window of recent addresses
+stalls it.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hw.fp import FPAdd, FPLanes, FPMul
+from hw.fp.common import check_stages
+
+from .update_fetch import row_context_layout
+from .update_reads import LINE_BITS
+
+__all__ = ["UpdateDatapath"]
+
+_LANES = 16
+
+
+class UpdateDatapath(wiring.Component):
+    """Gradient buffer plus the shared multiplier and adder (module docstring).
+
+    Parameters
+    ----------
+    capacity : int
+        Slots (distinct rows per chunk).
+    lines_per_slot : int
+        ``max_dim / 16``.
+    line_address_width : int
+        Width of a row line address.
+    mul_stages, add_stages : int or None
+        Register stages of the FP units (``None``: their defaults).
+    write_depth : int or None
+        Depth of the output queue of finished row lines; apply work is admitted only while
+        the queue has room for everything in flight. At least ``apply_latency + 3`` (the
+        default, or 16 if more).
+
+    Members
+    -------
+    accumulate : ``In(stream.Signature({"slot", "fresh": 1, "scale": 32, "lines"}))``
+        Occurrences with their slot; each takes ``lines`` lines from ``gradient``.
+    gradient : ``In(stream.Signature(512))``
+        Gradient lines in occurrence order.
+    rows : ``In(stream.Signature(512))``, row_context : ``In(stream.Signature(...))``
+        Row lines of the chunk and, in step, their slot, line and write-back address.
+    lr : ``In(32)``
+        The learning rate (binary32).
+    writes : ``Out(stream.Signature({"address", "data": 512}))``
+        Updated row lines.
+    accumulate_idle, apply_idle : ``Out(1)``
+        No work of that kind is in flight (the buffer is settled).
+    writes_queued : ``Out(1)``
+        Finished row lines wait in the write queue (counted by level: the queue's ``valid``
+        lags a write by a cycle or two).
+    """
+
+    def __init__(self, *, capacity, lines_per_slot, line_address_width, mul_stages=None,
+                 add_stages=None, write_depth=None):
+        self._capacity = capacity
+        self._lines_per_slot = lines_per_slot
+        self._line_address_width = line_address_width
+        self._mul_stages = check_stages(mul_stages, default=FPMul.DEFAULT_STAGES,
+                                        maximum=len(FPMul.CUTS) - 1)
+        self._add_stages = check_stages(add_stages, default=FPAdd.DEFAULT_STAGES,
+                                        maximum=len(FPAdd.CUTS) - 1)
+        if write_depth is None:
+            write_depth = max(16, self.apply_latency + 3)
+        if write_depth < self.apply_latency + 3:
+            raise ValueError(f"Write queue depth must be at least {self.apply_latency + 3}, "
+                             f"not {write_depth!r}")
+        self._write_depth = write_depth
+        self._slot_width = Shape.cast(range(capacity)).width
+        self._line_width = unsigned(lines_per_slot).width
+        super().__init__({
+            "accumulate": In(stream.Signature(data.StructLayout({
+                "slot": unsigned(self._slot_width), "fresh": 1, "scale": 32,
+                "lines": unsigned(self._line_width)}))),
+            "gradient": In(stream.Signature(LINE_BITS)),
+            "rows": In(stream.Signature(LINE_BITS)),
+            "row_context": In(stream.Signature(row_context_layout(
+                slot_width=self._slot_width, line_width=self._line_width,
+                line_address_width=line_address_width))),
+            "lr": In(32),
+            "writes": Out(stream.Signature(data.StructLayout({
+                "address": line_address_width, "data": LINE_BITS}))),
+            "accumulate_idle": Out(1),
+            "apply_idle": Out(1),
+            "writes_queued": Out(1),
+        })
+
+    @property
+    def buffer_lines(self):
+        return self._capacity * self._lines_per_slot
+
+    @property
+    def mul_latency(self):
+        return self._mul_stages
+
+    @property
+    def add_latency(self):
+        return self._add_stages
+
+    @property
+    def hazard_window(self):
+        """Cycles after an accumulation during which the same line cannot enter again."""
+        return self.add_latency + 1
+
+    @property
+    def accumulate_latency(self):
+        """Cycles from an accumulation entering to its sum being written."""
+        return self.mul_latency + 1 + self.add_latency
+
+    @property
+    def apply_latency(self):
+        """Cycles from taking a row line to its result entering the write queue."""
+        return 1 + self.mul_latency + 1 + self.add_latency
+
+    def elaborate(self, platform):
+        m = Module()
+        buffer_address = Shape.cast(range(self.buffer_lines))
+        mul_tag = data.StructLayout({
+            "apply": 1, "fresh": 1, "buffer": buffer_address,
+            "row": LINE_BITS, "address": self._line_address_width,
+        })
+        add_tag = data.StructLayout({
+            "apply": 1, "buffer": buffer_address, "address": self._line_address_width,
+        })
+        multiplier = m.submodules.multiplier = FPLanes(
+            op="mul", lanes=_LANES, stages=self.mul_latency, tag_width=mul_tag.size)
+        adder = m.submodules.adder = FPLanes(
+            op="add", lanes=_LANES, stages=self.add_latency, tag_width=add_tag.size)
+        buffer = m.submodules.buffer = Memory(shape=LINE_BITS, depth=self.buffer_lines,
+                                              init=[])
+        buffer_write = buffer.write_port()
+        # Not transparent: a sum is read at least one cycle after it was written (the hazard
+        # window covers the write cycle too).
+        buffer_read = buffer.read_port()
+        writes = m.submodules.writes = fifo.SyncFIFOBuffered(
+            width=self.writes.payload.shape().size, depth=self._write_depth)
+        m.d.comb += [
+            self.writes.valid.eq(writes.r_rdy),
+            self.writes.payload.eq(writes.r_data),
+            writes.r_en.eq(self.writes.ready),
+        ]
+
+        accumulating = Signal(range(self.accumulate_latency + 2))
+        applying = Signal(range(self._write_depth + 1))
+        m.d.comb += [
+            self.accumulate_idle.eq((accumulating == 0) & ~self.accumulate.valid),
+            self.apply_idle.eq(applying == 0),
+            self.writes_queued.eq(writes.level != 0),
+        ]
+
+        # Accumulate: one gradient line per cycle, unless the line is still being summed.
+        occurrence = self.accumulate.payload
+        line = Signal(self._line_width)
+        target = Signal(buffer_address)
+        m.d.comb += target.eq(occurrence.slot * self._lines_per_slot + line)
+        recent = [Signal(data.StructLayout({"valid": 1, "buffer": buffer_address}),
+                         name=f"recent_{age}") for age in range(self.hazard_window)]
+        busy_line = Cat(*(entry.valid & (entry.buffer == target) for entry in recent)).any()
+        wants_accumulate = self.accumulate.valid & self.gradient.valid
+        accumulate_go = Signal()
+        m.d.comb += accumulate_go.eq(wants_accumulate & ~busy_line & (applying == 0))
+        for newer, older in zip([None, *recent], recent, strict=False):
+            if newer is None:
+                m.d.sync += [older.valid.eq(accumulate_go), older.buffer.eq(target)]
+            else:
+                m.d.sync += older.eq(newer)
+        with m.If(accumulate_go):
+            m.d.comb += self.gradient.ready.eq(1)
+            with m.If(line + 1 == occurrence.lines):
+                m.d.comb += self.accumulate.ready.eq(1)
+                m.d.sync += line.eq(0)
+            with m.Else():
+                m.d.sync += line.eq(line + 1)
+
+        # Apply, stage A: take a row line while the write queue has room for all in flight,
+        # and read its gradient sum. Stage B: multiply lr by the sum.
+        context = self.row_context.payload
+        apply_go = Signal()
+        m.d.comb += apply_go.eq(
+            self.rows.valid & self.row_context.valid & (accumulating == 0) &
+            ~wants_accumulate & (writes.level + applying < self._write_depth))
+        apply_row = Signal(LINE_BITS)
+        apply_address = Signal(self._line_address_width)
+        apply_ready = Signal()
+        m.d.comb += [self.rows.ready.eq(apply_go), self.row_context.ready.eq(apply_go)]
+        m.d.sync += apply_ready.eq(apply_go)
+        with m.If(apply_go):
+            m.d.sync += [apply_row.eq(self.rows.payload), apply_address.eq(context.address)]
+
+        # Multiplier input: an accumulation or an apply stage B, never both (see the guards).
+        mul_in = multiplier.i.payload
+        mul_in_tag = Signal(mul_tag)
+        m.d.comb += [
+            multiplier.i.valid.eq(accumulate_go | apply_ready),
+            mul_in.tag.eq(mul_in_tag),
+        ]
+        with m.If(apply_ready):
+            m.d.comb += [
+                mul_in.a.eq(Cat(*[self.lr] * _LANES)),
+                mul_in.b.eq(buffer_read.data),
+                mul_in_tag.apply.eq(1),
+                mul_in_tag.row.eq(apply_row),
+                mul_in_tag.address.eq(apply_address),
+            ]
+        with m.Else():
+            m.d.comb += [
+                mul_in.a.eq(self.gradient.payload),
+                mul_in.b.eq(Cat(*[occurrence.scale] * _LANES)),
+                mul_in_tag.fresh.eq(occurrence.fresh),
+                mul_in_tag.buffer.eq(target),
+            ]
+
+        # The gradient buffer's one read port: the running sum for a product leaving the
+        # multiplier (accumulate), otherwise the sum for the row line taken in stage A.
+        product_tag = Signal(mul_tag)
+        m.d.comb += product_tag.eq(multiplier.o.payload.tag)
+        with m.If(multiplier.o.valid & ~product_tag.apply):
+            m.d.comb += buffer_read.addr.eq(product_tag.buffer)
+        with m.Else():
+            m.d.comb += buffer_read.addr.eq(
+                context.slot * self._lines_per_slot + context.line)
+
+        # One register stage while the buffer read completes, then the adder.
+        held_valid = Signal()
+        held_product = Signal(LINE_BITS)
+        held_tag = Signal(mul_tag)
+        m.d.sync += [
+            held_valid.eq(multiplier.o.valid),
+            held_product.eq(multiplier.o.payload.result),
+            held_tag.eq(product_tag),
+        ]
+        add_in = adder.i.payload
+        add_in_tag = Signal(add_tag)
+        m.d.comb += [
+            adder.i.valid.eq(held_valid),
+            add_in.b.eq(held_product),
+            add_in.sub.eq(held_tag.apply),
+            add_in.a.eq(Mux(held_tag.apply, held_tag.row,
+                            Mux(held_tag.fresh, Const(0, LINE_BITS), buffer_read.data))),
+            add_in_tag.apply.eq(held_tag.apply),
+            add_in_tag.buffer.eq(held_tag.buffer),
+            add_in_tag.address.eq(held_tag.address),
+            add_in.tag.eq(add_in_tag),
+        ]
+
+        # Results: sums go back to the buffer, updated rows to the write queue.
+        result_tag = Signal(add_tag)
+        m.d.comb += result_tag.eq(adder.o.payload.tag)
+        finished_accumulate = adder.o.valid & ~result_tag.apply
+        finished_apply = adder.o.valid & result_tag.apply
+        m.d.comb += [
+            buffer_write.en.eq(finished_accumulate),
+            buffer_write.addr.eq(result_tag.buffer),
+            buffer_write.data.eq(adder.o.payload.result),
+            writes.w_en.eq(finished_apply),
+            writes.w_data.eq(Cat(result_tag.address, adder.o.payload.result)),
+        ]
+        m.d.sync += [
+            accumulating.eq(accumulating + accumulate_go - finished_accumulate),
+            applying.eq(applying + apply_go - finished_apply),
+        ]
+        return m

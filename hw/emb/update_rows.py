@@ -1,0 +1,123 @@
+"""The distinct rows of one update chunk: a small content-addressable memory (CAM).
+
+Each occurrence's (table, row) is looked up in one cycle; a row seen for the first time in the
+chunk gets the next free slot (slots are handed out in order of first occurrence, like the
+golden model's chunk lists). When all slots are taken and a new row arrives, the occurrence
+waits (``full``) until the owner applies the chunk and clears the table: that is exactly the
+chunk boundary of ``sw_model.sparse_sgd_update``.
+"""
+
+import functools
+import operator
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["UniqueRows"]
+
+
+class UniqueRows(wiring.Component):
+    """Maps (table, row) to a slot in ``0 .. capacity-1``; one lookup per cycle.
+
+    Keys live in registers and are compared in parallel: this suits capacities up to a few
+    hundred (the engine limits it to 1024).
+
+    Parameters
+    ----------
+    capacity : int
+        Number of slots M.
+    table_width : int
+        Width of the table number.
+    payload_shape : shape-like
+        Data carried along with each occurrence, untouched.
+
+    Members
+    -------
+    i : ``In(stream.Signature({"table", "row": 32, "data": payload_shape}))``
+        Occurrences in order.
+    o : ``Out(stream.Signature({"slot", "fresh": 1, "data": payload_shape}))``
+        The occurrence's slot; ``fresh`` marks the first occurrence of the slot in the chunk
+        (its gradient sum starts from +0.0).
+    full : ``Out(1)``
+        An occurrence waits for a slot: the chunk is complete.
+    count : ``Out(range(capacity + 1))``
+        Slots in use.
+    clear : ``In(1)``
+        Forget every row (start a new chunk). No occurrence is accepted in that cycle.
+    key_slot : ``In(range(capacity))``, key : ``Out({"table", "row": 32})``
+        The key held in a slot (combinational read), for the update pass.
+    """
+
+    def __init__(self, *, capacity, table_width, payload_shape):
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+            raise ValueError(f"Capacity must be a positive integer, not {capacity!r}")
+        if not isinstance(table_width, int) or isinstance(table_width, bool) or table_width < 1:
+            raise ValueError(f"Table width must be a positive integer, not {table_width!r}")
+        self._capacity = capacity
+        self._key_layout = data.StructLayout({"table": unsigned(table_width), "row": 32})
+        slot_shape = range(capacity)
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({
+                "table": unsigned(table_width), "row": 32, "data": payload_shape}))),
+            "o": Out(stream.Signature(data.StructLayout({
+                "slot": slot_shape, "fresh": 1, "data": payload_shape}))),
+            "full": Out(1),
+            "count": Out(range(capacity + 1)),
+            "clear": In(1),
+            "key_slot": In(slot_shape),
+            "key": Out(self._key_layout),
+        })
+
+    @property
+    def capacity(self):
+        return self._capacity
+
+    def elaborate(self, platform):
+        m = Module()
+        keys = [Signal(self._key_layout, name=f"key_{slot}") for slot in range(self._capacity)]
+        count = Signal(range(self._capacity + 1))
+        m.d.comb += self.count.eq(count)
+
+        wanted = Signal(self._key_layout)
+        m.d.comb += [wanted.table.eq(self.i.payload.table), wanted.row.eq(self.i.payload.row)]
+        matches = [(slot < count) & (key.as_value() == wanted.as_value())
+                   for slot, key in enumerate(keys)]
+        hit = Signal()
+        hit_slot = Signal(range(self._capacity))
+        # Keys are distinct, so at most one slot matches and OR-ing the slot numbers works.
+        m.d.comb += [
+            hit.eq(Cat(*matches).any()),
+            hit_slot.eq(functools.reduce(operator.or_,
+                                         (Mux(match, slot, 0) for slot, match in
+                                          enumerate(matches)))),
+        ]
+        room = count != self._capacity
+        m.d.comb += self.full.eq(self.i.valid & ~hit & ~room)
+
+        output_free = ~self.o.valid | self.o.ready
+        with m.If(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        with m.If(self.clear):
+            m.d.sync += count.eq(0)
+        with m.Elif(self.i.valid & output_free & (hit | room)):
+            m.d.comb += self.i.ready.eq(1)
+            m.d.sync += [
+                self.o.valid.eq(1),
+                self.o.payload.data.eq(self.i.payload.data),
+                self.o.payload.fresh.eq(~hit),
+            ]
+            with m.If(hit):
+                m.d.sync += self.o.payload.slot.eq(hit_slot)
+            with m.Else():
+                m.d.sync += [self.o.payload.slot.eq(count), count.eq(count + 1)]
+                with m.Switch(count):
+                    for slot, key in enumerate(keys):
+                        with m.Case(slot):
+                            m.d.sync += key.eq(wanted)
+
+        with m.Switch(self.key_slot):
+            for slot, key in enumerate(keys):
+                with m.Case(slot):
+                    m.d.comb += self.key.eq(key)
+        return m

@@ -1,0 +1,284 @@
+"""Walks a command's offsets and indices in TBE order, checking them as it goes.
+
+The walk is the single definition of "in order" for the update engine: table-major, then bag,
+then position in the bag. A walk runs in one of three modes:
+
+* ``OFFSETS``: reads only the offsets and checks each entry ``e`` in order, stopping at the
+  first problem: ``offsets[0] != 0`` is ``OFFSETS_NOT_FROM_ZERO``; an entry below the one
+  before it is ``OFFSETS_DECREASING``; an entry above ``num_indices``, or a last entry
+  (``e = tables * bags``) not equal to it, is ``OFFSETS_PAST_END``. The error names
+  position ``e``, table ``e // bags`` and bag ``e % bags`` (0 and 0 when ``bags = 0``).
+* ``INDICES``: with the offsets known good, checks that every index is below its table's
+  ``rows`` (``INDEX_OUT_OF_RANGE``, naming its position, table and bag).
+* ``UPDATE``: emits every occurrence with its gradient line address and its scale: 1.0
+  (SUM), its per-sample weight (WEIGHTED) or ``float32(1) / float32(L)`` (MEAN). The checks
+  stay active (they can only fire if memory changed since the validation).
+
+Validating all offsets before any index gives the same error as the lookup engine's
+validators (``hw.emb.validate``) for a command with several problems.
+"""
+
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .layouts import ErrorCode, PoolingMode, table_layout
+from .update_reciprocal import Reciprocal
+
+__all__ = ["OccurrenceWalker", "WalkMode", "error_layout", "occurrence_layout"]
+
+_ONE = 0x3F80_0000  # binary32 1.0: the SUM scale, exact for every gradient value
+
+
+class WalkMode(enum.Enum, shape=2):
+    OFFSETS = 0
+    INDICES = 1
+    UPDATE = 2
+
+
+def error_layout() -> data.StructLayout:
+    """Where a walk stopped: ``done`` with ``error = NONE`` is a clean finish."""
+    return data.StructLayout({
+        "done": 1, "error": ErrorCode, "table": 8, "bag": 16, "position": 32,
+    })
+
+
+def occurrence_layout(*, table_width, line_width, line_address_width) -> data.StructLayout:
+    return data.StructLayout({
+        "table": unsigned(table_width),
+        "row": 32,
+        "scale": 32,                       # binary32 factor for the gradient line(s)
+        "lines": unsigned(line_width),     # lines per row of the table (dim / 16)
+        "gradient": unsigned(line_address_width),  # first gradient line of this occurrence
+    })
+
+
+class OccurrenceWalker(wiring.Component):
+    """The TBE walk over a command (module docstring), in validate or update mode.
+
+    Parameters
+    ----------
+    max_tables, max_dim : int
+        Engine limits (sizes of the table number and of ``lines``).
+    addr_width : int
+        Byte address width; gradient addresses are line addresses (``addr_width - 6`` bits).
+
+    Members
+    -------
+    start : ``In(1)``
+        Begin a walk with the inputs below (sampled in this cycle, except ``descriptors``,
+        which must stay stable during the walk).
+    mode : ``In(WalkMode)``
+    use_weights : ``In(1)``
+        Read one weight per index (some table is WEIGHTED); UPDATE mode only.
+    bags, tables, num_indices : command fields; gradient : ``In(line address)``
+        The gradient buffer; row_lines : ``In(32)`` lines per gradient row (``sum(dim)/16``).
+    descriptors : ``In(ArrayLayout(table_layout, max_tables))``
+    offsets, indices, weights : ``In(stream.Signature(32))``
+        The words of the three arrays from position 0.
+    o : ``Out(stream.Signature(occurrence_layout(...)))``
+    status : ``Out(error_layout())``
+        Held from the end of a walk to the next ``start``.
+    """
+
+    def __init__(self, *, max_tables, max_dim, addr_width):
+        self._max_tables = max_tables
+        self._max_lines = max_dim // 16
+        self._table_width = unsigned(max(max_tables - 1, 1)).width
+        self._line_width = unsigned(self._max_lines).width
+        line_address_width = addr_width - 6
+        super().__init__({
+            "start": In(1),
+            "mode": In(WalkMode),
+            "use_weights": In(1),
+            "bags": In(16),
+            "tables": In(8),
+            "num_indices": In(32),
+            "gradient": In(line_address_width),
+            "row_lines": In(32),
+            "descriptors": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
+            "offsets": In(stream.Signature(32)),
+            "indices": In(stream.Signature(32)),
+            "weights": In(stream.Signature(32)),
+            "o": Out(stream.Signature(occurrence_layout(
+                table_width=self._table_width, line_width=self._line_width,
+                line_address_width=line_address_width))),
+            "status": Out(error_layout()),
+        })
+
+    @property
+    def table_width(self):
+        return self._table_width
+
+    @property
+    def line_width(self):
+        return self._line_width
+
+    def elaborate(self, platform):
+        m = Module()
+        reciprocal = m.submodules.reciprocal = Reciprocal()
+
+        mode = Signal(WalkMode)
+        update = Signal()
+        m.d.comb += update.eq(mode == WalkMode.UPDATE)
+        use_weights = Signal()
+        bags = Signal(16)
+        bag_count = Signal(24)        # tables * bags
+        num_indices = Signal(32)
+        gradient = Signal.like(self.gradient)
+        row_lines = Signal(32)
+
+        table = Signal(8)
+        bag = Signal(16)
+        bag_number = Signal(24)       # table * bags + bag
+        position = Signal(32)
+        bag_start = Signal(32)
+        bag_end = Signal(32)
+        bag_line = Signal.like(self.gradient)  # gradient row of this bag
+        column = Signal(32)                    # lines before this table's block
+        mean_scale = Signal(32)
+
+        descriptor = self.descriptors[table[:self._table_width]]
+        lines = Signal(self._line_width)
+        m.d.comb += lines.eq(descriptor.dim >> 4)
+
+        def fail(code, *, position_, table_=0, bag_=0):
+            m.d.sync += [
+                self.status.error.eq(code),
+                self.status.position.eq(position_),
+                self.status.table.eq(table_),
+                self.status.bag.eq(bag_),
+                self.status.done.eq(1),
+            ]
+            m.next = "Idle"
+
+        output_free = ~self.o.valid | self.o.ready
+        with m.If(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+
+        with m.FSM():
+            with m.State("Idle"):  # a walk starts only from here
+                with m.If(self.start):
+                    m.d.sync += [
+                        mode.eq(self.mode),
+                        use_weights.eq(self.use_weights),
+                        bags.eq(self.bags),
+                        bag_count.eq(self.bags * self.tables),
+                        num_indices.eq(self.num_indices),
+                        gradient.eq(self.gradient),
+                        row_lines.eq(self.row_lines),
+                        table.eq(0),
+                        bag.eq(0),
+                        bag_number.eq(0),
+                        position.eq(0),
+                        bag_start.eq(0),
+                        bag_line.eq(self.gradient),
+                        column.eq(0),
+                        self.status.eq(0),
+                        self.o.valid.eq(0),
+                    ]
+                    m.next = "First"
+
+            with m.State("First"):
+                m.d.comb += self.offsets.ready.eq(1)
+                with m.If(self.offsets.valid):
+                    with m.If(self.offsets.payload != 0):
+                        fail(ErrorCode.OFFSETS_NOT_FROM_ZERO, position_=0)
+                    with m.Elif((bag_count == 0) & (num_indices != 0)):
+                        fail(ErrorCode.OFFSETS_PAST_END, position_=0)
+                    with m.Elif(bag_count == 0):
+                        m.d.sync += self.status.done.eq(1)
+                        m.next = "Idle"
+                    with m.Else():
+                        m.next = "Bag-End"
+
+            with m.State("Bag-End"):
+                end = self.offsets.payload
+                m.d.comb += self.offsets.ready.eq(1)
+                with m.If(self.offsets.valid):
+                    # Entry bag_number + 1 opens the next bag (or is the last entry).
+                    wraps = bag + 1 == bags
+                    here = dict(position_=bag_number + 1, table_=table + wraps,
+                                bag_=Mux(wraps, 0, bag + 1))
+                    with m.If(end < bag_start):
+                        fail(ErrorCode.OFFSETS_DECREASING, **here)
+                    with m.Elif((end > num_indices) |
+                                ((bag_number + 1 == bag_count) & (end != num_indices))):
+                        fail(ErrorCode.OFFSETS_PAST_END, **here)
+                    with m.Else():
+                        m.d.sync += bag_end.eq(end)
+                        with m.If(update & (descriptor.mode == PoolingMode.MEAN) &
+                                  (end != bag_start)):
+                            m.next = "Reciprocal"
+                        with m.Else():
+                            m.next = "Indices"
+
+            with m.State("Reciprocal"):
+                m.d.comb += [
+                    reciprocal.i.valid.eq(1),
+                    reciprocal.i.payload.eq(bag_end - bag_start),
+                ]
+                with m.If(reciprocal.i.ready):
+                    m.next = "Reciprocal-Wait"
+
+            with m.State("Reciprocal-Wait"):
+                m.d.comb += reciprocal.o.ready.eq(1)
+                with m.If(reciprocal.o.valid):
+                    m.d.sync += mean_scale.eq(reciprocal.o.payload)
+                    m.next = "Indices"
+
+            with m.State("Indices"):
+                with m.If(position == bag_end):
+                    with m.If(bag_number + 1 == bag_count):
+                        m.d.sync += self.status.done.eq(1)
+                        m.next = "Idle"
+                    with m.Else():
+                        m.d.sync += [
+                            bag_number.eq(bag_number + 1),
+                            bag_start.eq(bag_end),
+                        ]
+                        with m.If(bag + 1 == bags):
+                            m.d.sync += [
+                                bag.eq(0),
+                                table.eq(table + 1),
+                                column.eq(column + lines),
+                                bag_line.eq(gradient),
+                            ]
+                        with m.Else():
+                            m.d.sync += [bag.eq(bag + 1), bag_line.eq(bag_line + row_lines)]
+                        m.next = "Bag-End"
+                with m.Elif(mode == WalkMode.OFFSETS):
+                    m.d.sync += position.eq(bag_end)  # skip the bag's indices
+                with m.Else():
+                    index = self.indices.payload
+                    weighted = update & use_weights
+                    ready = (self.indices.valid & (self.weights.valid | ~weighted) &
+                             (output_free | ~update))
+                    with m.If(ready):
+                        with m.If(index >= descriptor.rows):
+                            fail(ErrorCode.INDEX_OUT_OF_RANGE, position_=position,
+                                 table_=table, bag_=bag)
+                        with m.Else():
+                            m.d.comb += [
+                                self.indices.ready.eq(1),
+                                self.weights.ready.eq(weighted),
+                            ]
+                            m.d.sync += position.eq(position + 1)
+                            with m.If(update):
+                                m.d.sync += [
+                                    self.o.valid.eq(1),
+                                    self.o.payload.table.eq(table),
+                                    self.o.payload.row.eq(index),
+                                    self.o.payload.lines.eq(lines),
+                                    self.o.payload.gradient.eq(bag_line + column),
+                                ]
+                                with m.Switch(descriptor.mode):
+                                    with m.Case(PoolingMode.WEIGHTED):
+                                        m.d.sync += self.o.payload.scale.eq(
+                                            self.weights.payload)
+                                    with m.Case(PoolingMode.MEAN):
+                                        m.d.sync += self.o.payload.scale.eq(mean_scale)
+                                    with m.Default():
+                                        m.d.sync += self.o.payload.scale.eq(_ONE)
+
+        return m

@@ -1,0 +1,103 @@
+"""Row writes for the update engine: one line per AXI write, completions counted.
+
+A write counts as done (persistent, DESIGN.md section 4) only when its B response has come
+back; the engine waits for ``idle`` before it reads rows again or reports completion.
+"""
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .update_reads import LINE_BITS
+
+__all__ = ["WriteQueue"]
+
+
+class WriteQueue(wiring.Component):
+    """Issues each (line address, data) as an AW beat and a W beat, in order.
+
+    AW and W of one line are offered together and may be accepted in either order; the entry
+    is released once both are. After ``stop`` (a bus error), entries not yet offered are
+    dropped; an entry already offered is completed, as AXI requires of a raised ``valid``.
+
+    Parameters
+    ----------
+    line_address_width : int
+        Width of a line address.
+    max_outstanding : int
+        Most writes without a B response; AW waits beyond that.
+
+    Members
+    -------
+    i : ``In(stream.Signature({"address": line_address_width, "data": 512}))``
+        Lines to write.
+    aw : ``Out(stream.Signature(line_address_width))``, w : ``Out(stream.Signature(512))``
+        The AXI address and data beats (the owner adds ``awlen = 0``, ``wlast = 1``...).
+    b : ``In(stream.Signature(2))``
+        ``bresp`` of each completion (always accepted).
+    stop : ``In(1)``
+        Drop the writes not yet offered.
+    outstanding : ``Out(range(max_outstanding + 1))``
+        Writes accepted on AW and not yet completed.
+    idle : ``Out(1)``
+        Nothing queued here and nothing outstanding: every write so far is persistent.
+    error : ``Out(1)``
+        A completion this cycle carries SLVERR/DECERR.
+    """
+
+    def __init__(self, *, line_address_width, max_outstanding=64):
+        if not isinstance(max_outstanding, int) or max_outstanding < 1:
+            raise ValueError(
+                f"Outstanding write limit must be a positive integer, not {max_outstanding!r}")
+        self._max_outstanding = max_outstanding
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({
+                "address": line_address_width, "data": LINE_BITS}))),
+            "aw": Out(stream.Signature(line_address_width)),
+            "w": Out(stream.Signature(LINE_BITS)),
+            "b": In(stream.Signature(2)),
+            "stop": In(1),
+            "outstanding": Out(range(max_outstanding + 1)),
+            "idle": Out(1),
+            "error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        address_sent = Signal()
+        data_sent = Signal()
+        offered = Signal()  # valid has been raised for the head entry: it must complete
+        outstanding = Signal(range(self._max_outstanding + 1))
+
+        live = self.i.valid & (offered | ~self.stop)
+        m.d.comb += [
+            self.aw.valid.eq(live & ~address_sent & (outstanding != self._max_outstanding)),
+            self.aw.payload.eq(self.i.payload.address),
+            self.w.valid.eq(live & ~data_sent),
+            self.w.payload.eq(self.i.payload.data),
+        ]
+        address_fire = self.aw.valid & self.aw.ready
+        data_fire = self.w.valid & self.w.ready
+        complete = (address_sent | address_fire) & (data_sent | data_fire)
+        dropped = self.i.valid & ~offered & self.stop
+        m.d.comb += self.i.ready.eq(self.i.valid & (complete | dropped))
+
+        with m.If(self.i.ready):
+            m.d.sync += [address_sent.eq(0), data_sent.eq(0), offered.eq(0)]
+        with m.Else():
+            with m.If(address_fire):
+                m.d.sync += address_sent.eq(1)
+            with m.If(data_fire):
+                m.d.sync += data_sent.eq(1)
+            with m.If(self.aw.valid | self.w.valid):
+                m.d.sync += offered.eq(1)
+
+        completion = self.b.valid  # always ready
+        m.d.comb += [
+            self.b.ready.eq(1),
+            self.error.eq(completion & (self.b.payload != 0)),
+            self.outstanding.eq(outstanding),
+            self.idle.eq(~self.i.valid & (outstanding == 0)),
+        ]
+        m.d.sync += outstanding.eq(outstanding + address_fire - completion)
+        return m

@@ -1,0 +1,318 @@
+"""Validation of a command's offsets and indices, 16 entries (one line) per cycle.
+
+Both validators walk a stream of lines holding consecutive uint32 entries and keep a cursor:
+every entry below ``checked`` has passed. A line is split into *segments* that never cross a
+table boundary, so each cycle's checks concern one table; a line that holds several table
+boundaries (tiny tables or batches) takes one extra cycle per boundary.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .layouts import ErrorCode, table_layout
+
+__all__ = ["IndexValidator", "OffsetsMode", "OffsetsValidator", "first_set", "lane_mask"]
+
+LANES = 16
+ENTRY_BITS = 32
+
+#: Where a validator found the first problem.
+ERROR_LAYOUT = data.StructLayout({
+    "code": ErrorCode,
+    "table": unsigned(8),
+    "bag": unsigned(16),
+    "position": unsigned(32),
+})
+
+
+class OffsetsMode(enum.Enum, shape=1):
+    CHECK = 0   # validate (and optionally record where each table's indices start)
+    COUNT = 1   # count entries <= threshold (to find the bag holding an index)
+
+
+def lane_mask(m, low, high, *, name):
+    """Bit ``k`` set when ``low <= k < high`` (lanes of one segment)."""
+    mask = Signal(LANES, name=name)
+    for k in range(LANES):
+        m.d.comb += mask[k].eq((low <= k) & (high > k))
+    return mask
+
+
+def first_set(m, bits, *, name):
+    """(any, index) of the lowest set bit of ``bits``."""
+    index = Signal(range(len(bits)), name=name)
+    for k in reversed(range(len(bits))):
+        with m.If(bits[k]):
+            m.d.comb += index.eq(k)
+    return bits.any(), index
+
+
+def _lanes(line):
+    return [line[ENTRY_BITS * k:ENTRY_BITS * (k + 1)] for k in range(LANES)]
+
+
+class OffsetsValidator(wiring.Component):
+    """Check the TBE offsets array (``bags * tables + 1`` entries), or count entries.
+
+    CHECK mode, per entry ``i`` in order: ``offsets[0] == 0`` (else OFFSETS_NOT_FROM_ZERO),
+    ``offsets[i] >= offsets[i-1]`` (else OFFSETS_DECREASING), ``offsets[i] <= num_indices``
+    and, for the last entry, ``== num_indices`` (else OFFSETS_PAST_END). The error names
+    entry ``i`` as table ``i // bags``, bag ``i % bags`` (the last entry is table ``tables``,
+    bag 0). With ``capture`` set, ``table_starts[t] = offsets[t * bags]`` for t in 0..tables
+    (where each table's indices begin; entry ``tables`` is ``num_indices``).
+
+    COUNT mode counts the entries in ``[first, end)`` whose value is ``<= threshold``.
+
+    Members
+    -------
+    start : ``In(1)``
+        Pulse; ``mode``, ``capture``, ``first``, ``end``, ``bags``, ``tables``,
+        ``num_indices``, ``threshold`` are sampled with it. ``lines`` must then deliver the
+        lines from the one holding entry ``first`` on.
+    lines : ``In(stream.Signature(512))``
+    checked : ``Out(32)``
+        Entries below this have been processed.
+    lines_done : ``Out(32)``
+        Lines consumed since ``start``.
+    done : ``Out(1)``
+        Finished (all entries processed, or an error found).
+    error : ``Out(ERROR_LAYOUT)``
+        ``code`` is NONE unless a check failed.
+    count : ``Out(32)``
+    table_starts : ``Out(data.ArrayLayout(32, max_tables + 1))``
+    """
+
+    def __init__(self, *, max_tables):
+        self._max_tables = max_tables
+        super().__init__({
+            "start": In(1),
+            "mode": In(OffsetsMode),
+            "capture": In(1),
+            "first": In(32),
+            "end": In(32),
+            "bags": In(16),
+            "tables": In(8),
+            "num_indices": In(32),
+            "threshold": In(32),
+            "lines": In(stream.Signature(ENTRY_BITS * LANES)),
+            "checked": Out(32),
+            "lines_done": Out(32),
+            "done": Out(1),
+            "error": Out(ERROR_LAYOUT),
+            "count": Out(32),
+            "table_starts": Out(data.ArrayLayout(32, max_tables + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        mode = Signal(OffsetsMode)
+        capture = Signal()
+        end = Signal(32)
+        bags = Signal(16)
+        num_indices = Signal(32)
+        threshold = Signal(32)
+        cursor = Signal(32)
+        active = Signal()
+        table = Signal(8)
+        table_entry = Signal(32)       # entry where `table` begins (table * bags)
+        next_table_entry = Signal(33)  # entry where the next table begins
+        previous = Signal(32)          # value of entry cursor - 1
+
+        by_tables = Signal()
+        m.d.comb += by_tables.eq((mode == OffsetsMode.CHECK) & (bags != 0))
+
+        line = self.lines.payload
+        values = _lanes(line)
+        line_base = Cat(Const(0, 4), cursor[4:])
+        low = cursor[:4]
+        line_end = line_base + LANES
+        line_or_end = Mux(line_end < end, line_end, end)
+        segment_end = Signal(33)
+        m.d.comb += segment_end.eq(
+            Mux(by_tables & (next_table_entry < line_or_end), next_table_entry, line_or_end))
+        high = Signal(5)
+        m.d.comb += high.eq(segment_end - line_base)
+        mask = lane_mask(m, low, high, name="mask")
+
+        zero_bad = Signal(LANES)
+        falls = Signal(LANES)
+        past = Signal(LANES)
+        counted = Signal(LANES)
+        for k in range(LANES):
+            before = previous if k == 0 else Mux(low == k, previous, values[k - 1])
+            position = line_base + k
+            m.d.comb += [
+                zero_bad[k].eq((position == 0) & (values[k] != 0)),
+                falls[k].eq((position != 0) & (values[k] < before)),
+                past[k].eq((values[k] > num_indices)
+                           | ((position == end - 1) & (values[k] != num_indices))),
+                counted[k].eq(values[k] <= threshold),
+            ]
+        bad = Signal(LANES)
+        m.d.comb += bad.eq(mask & (zero_bad | falls | past))
+        any_bad, bad_lane = first_set(m, bad, name="bad_lane")
+
+        last_value = Signal(32)
+        with m.Switch(high):
+            for k in range(1, LANES + 1):
+                with m.Case(k):
+                    m.d.comb += last_value.eq(values[k - 1])
+        first_value = Signal(32)
+        with m.Switch(low):
+            for k in range(LANES):
+                with m.Case(k):
+                    m.d.comb += first_value.eq(values[k])
+
+        finishes_line = (segment_end == line_end) | (segment_end == end)
+        step = Signal()
+        m.d.comb += [
+            step.eq(active & self.lines.valid),
+            self.lines.ready.eq(step & finishes_line),
+            self.checked.eq(cursor),
+            self.done.eq(~active),
+        ]
+
+        with m.If(self.start):
+            m.d.sync += [
+                mode.eq(self.mode), capture.eq(self.capture), end.eq(self.end),
+                bags.eq(self.bags), num_indices.eq(self.num_indices),
+                threshold.eq(self.threshold), cursor.eq(self.first),
+                active.eq(self.first != self.end), table.eq(0), table_entry.eq(0),
+                next_table_entry.eq(self.bags), previous.eq(0), self.count.eq(0),
+                self.lines_done.eq(0), self.error.eq(ERROR_LAYOUT.const({})),
+            ]
+        with m.Elif(step):
+            with m.If(self.lines.ready):
+                m.d.sync += self.lines_done.eq(self.lines_done + 1)
+            with m.If(capture & (mode == OffsetsMode.CHECK)):
+                with m.If(bags == 0):  # every table starts (and ends) at offsets[0]
+                    for t in range(self._max_tables + 1):
+                        m.d.sync += self.table_starts[t].eq(first_value)
+                with m.Elif(cursor == table_entry):
+                    m.d.sync += self.table_starts[table].eq(first_value)
+            with m.If(mode == OffsetsMode.COUNT):
+                hits = sum(mask[k] & counted[k] for k in range(LANES))
+                m.d.sync += self.count.eq(self.count + hits)
+            with m.If((mode == OffsetsMode.CHECK) & any_bad):
+                code = Mux(zero_bad.bit_select(bad_lane, 1), ErrorCode.OFFSETS_NOT_FROM_ZERO,
+                           Mux(falls.bit_select(bad_lane, 1), ErrorCode.OFFSETS_DECREASING,
+                               ErrorCode.OFFSETS_PAST_END))
+                position = line_base + bad_lane
+                m.d.sync += [
+                    self.error.code.eq(code),
+                    self.error.table.eq(table),
+                    self.error.bag.eq(position - table_entry),
+                    self.error.position.eq(position),
+                    active.eq(0),
+                ]
+            with m.Else():
+                m.d.sync += [cursor.eq(segment_end), previous.eq(last_value)]
+                with m.If(segment_end == end):
+                    m.d.sync += active.eq(0)
+                with m.If(by_tables & (segment_end == next_table_entry)):
+                    m.d.sync += [table.eq(table + 1), table_entry.eq(next_table_entry),
+                                 next_table_entry.eq(next_table_entry + bags)]
+        return m
+
+
+class IndexValidator(wiring.Component):
+    """Check that every index is below the row count of its table.
+
+    The table of position ``p`` is the ``t`` with ``table_starts[t] <= p <
+    table_starts[t + 1]`` (from the offsets, already validated). An error names the position
+    and the table; the bag is found afterwards (see :class:`OffsetsValidator` COUNT mode).
+
+    Members
+    -------
+    start : ``In(1)``
+        Pulse; ``num_indices`` is sampled. ``lines`` must deliver the index lines from 0.
+    table_starts : ``In(data.ArrayLayout(32, max_tables + 1))``
+    tables : ``In(data.ArrayLayout(table_layout(addr_width), max_tables))``
+    lines : ``In(stream.Signature(512))``
+    checked, lines_done, done, error :
+        As for :class:`OffsetsValidator` (``error.bag`` is left 0).
+    """
+
+    def __init__(self, *, max_tables, addr_width):
+        self._max_tables = max_tables
+        super().__init__({
+            "start": In(1),
+            "num_indices": In(32),
+            "table_starts": In(data.ArrayLayout(32, max_tables + 1)),
+            "tables": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
+            "lines": In(stream.Signature(ENTRY_BITS * LANES)),
+            "checked": Out(32),
+            "lines_done": Out(32),
+            "done": Out(1),
+            "error": Out(ERROR_LAYOUT),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        num_indices = Signal(32)
+        cursor = Signal(32)
+        active = Signal()
+        table = Signal(range(self._max_tables + 1))
+
+        table_end = Signal(32)
+        rows = Signal(32)
+        m.d.comb += table_end.eq(self.table_starts[table + 1])
+        with m.Switch(table):
+            for t in range(self._max_tables):
+                with m.Case(t):
+                    m.d.comb += rows.eq(self.tables[t].rows)
+
+        line = self.lines.payload
+        values = _lanes(line)
+        line_base = Cat(Const(0, 4), cursor[4:])
+        low = cursor[:4]
+        line_end = line_base + LANES
+        line_or_end = Mux(line_end < num_indices, line_end, num_indices)
+        segment_end = Signal(33)
+        m.d.comb += segment_end.eq(Mux(table_end < line_or_end, table_end, line_or_end))
+        high = Signal(5)
+        m.d.comb += high.eq(segment_end - line_base)
+        mask = lane_mask(m, low, high, name="mask")
+        too_big = Signal(LANES)
+        for k in range(LANES):
+            m.d.comb += too_big[k].eq(values[k] >= rows)
+        bad = Signal(LANES)
+        m.d.comb += bad.eq(mask & too_big)
+        any_bad, bad_lane = first_set(m, bad, name="bad_lane")
+
+        table_exhausted = table_end == cursor  # also covers tables with no indices at all
+        step = Signal()
+        m.d.comb += [
+            step.eq(active & ~table_exhausted & self.lines.valid),
+            self.lines.ready.eq(step & ((segment_end == line_end)
+                                        | (segment_end == num_indices))),
+            self.checked.eq(cursor),
+            self.done.eq(~active),
+        ]
+
+        with m.If(self.start):
+            m.d.sync += [
+                num_indices.eq(self.num_indices), cursor.eq(0), table.eq(0),
+                active.eq(self.num_indices != 0), self.lines_done.eq(0),
+                self.error.eq(ERROR_LAYOUT.const({})),
+            ]
+        with m.Elif(active & table_exhausted):
+            m.d.sync += table.eq(table + 1)
+        with m.Elif(step):
+            with m.If(self.lines.ready):
+                m.d.sync += self.lines_done.eq(self.lines_done + 1)
+            with m.If(any_bad):
+                m.d.sync += [
+                    self.error.code.eq(ErrorCode.INDEX_OUT_OF_RANGE),
+                    self.error.table.eq(table),
+                    self.error.position.eq(line_base + bad_lane),
+                    active.eq(0),
+                ]
+            with m.Else():
+                m.d.sync += cursor.eq(segment_end)
+                with m.If(segment_end == num_indices):
+                    m.d.sync += active.eq(0)
+                with m.If(segment_end == table_end):
+                    m.d.sync += table.eq(table + 1)
+        return m

@@ -1,0 +1,201 @@
+"""Stream a buffer from memory, one 64-byte line per read, into an on-chip line window.
+
+The window is a ring of ``capacity`` lines. A line is requested only when the ring has room
+for it (lines in flight count as taken), so the read data is always accepted: the AXI R
+channel is never held up, whatever the consumers do. Consumers say how far they are done
+with ``freed``; when everything fits (count <= capacity) nothing ever has to be freed and the
+window simply holds the whole buffer.
+
+All reads of one stream use one AXI ID, so they return in order and land in order.
+"""
+
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+__all__ = ["LinePrefetch", "LineStream"]
+
+COUNT_WIDTH = 32
+
+
+class LineStream(wiring.Component):
+    """Read ``count`` consecutive lines from line address ``base`` into a line window.
+
+    Parameters
+    ----------
+    capacity : int
+        Lines the window holds (a power of two).
+    addr_width : int
+        Width of a line address.
+    line_width : int
+        Bits per line.
+
+    Members
+    -------
+    start : ``In(1)``
+        Pulse: forget everything and stream ``count`` lines from ``base``. Only while
+        :attr:`idle`.
+    base, count : ``In``
+        Sampled with ``start``.
+    stop : ``In(1)``
+        Issue no further reads (reads in flight still land).
+    ar : ``Out(stream.Signature({"addr"}))``
+    response : ``In(stream.Signature({"data", "error"}, always_ready=True))``
+    written : ``Out(32)``
+        Lines landed in the window since ``start`` (line ``k`` is at ring slot ``k % capacity``).
+    freed : ``In(32)``
+        Lines the consumers are done with; the reader keeps ``issued - freed <= capacity``.
+    idle : ``Out(1)``
+        No read in flight.
+    error : ``Out(1)``
+        A response carried an error since ``start``.
+    check_addr, check_data, use_addr, use_data :
+        Two read ports into the window (line numbers since ``start``; data one cycle later).
+    """
+
+    def __init__(self, *, capacity, addr_width, line_width=512):
+        if not isinstance(capacity, int) or capacity < 2 or capacity & (capacity - 1):
+            raise ValueError(f"Capacity must be a power of two, at least 2, not {capacity!r}")
+        self._capacity = capacity
+        self._line_width = line_width
+        super().__init__({
+            "start": In(1),
+            "base": In(addr_width),
+            "count": In(COUNT_WIDTH),
+            "stop": In(1),
+            "ar": Out(stream.Signature(data.StructLayout({"addr": unsigned(addr_width)}))),
+            "response": In(stream.Signature(data.StructLayout({
+                "data": unsigned(line_width), "error": 1}), always_ready=True)),
+            "written": Out(COUNT_WIDTH),
+            "freed": In(COUNT_WIDTH),
+            "idle": Out(1),
+            "error": Out(1),
+            "check_addr": In(COUNT_WIDTH),
+            "check_data": Out(line_width),
+            "use_addr": In(COUNT_WIDTH),
+            "use_data": Out(line_width),
+        })
+
+    @property
+    def capacity(self):
+        return self._capacity
+
+    def elaborate(self, platform):
+        m = Module()
+        slot_bits = exact_log2(self._capacity)
+        m.submodules.window = window = memory.Memory(
+            shape=unsigned(self._line_width), depth=self._capacity, init=[])
+        write = window.write_port()
+        check = window.read_port()
+        use = window.read_port()
+
+        base = Signal.like(self.base)
+        count = Signal(COUNT_WIDTH)
+        issued = Signal(COUNT_WIDTH)
+        written = Signal(COUNT_WIDTH)
+
+        in_window = (issued - self.freed)[:COUNT_WIDTH] < self._capacity
+        m.d.comb += [
+            self.ar.valid.eq((issued != count) & in_window & ~self.stop),
+            self.ar.payload.addr.eq(base + issued),
+            write.addr.eq(written[:slot_bits]),
+            write.data.eq(self.response.payload.data),
+            write.en.eq(self.response.valid),
+            check.addr.eq(self.check_addr[:slot_bits]),
+            self.check_data.eq(check.data),
+            use.addr.eq(self.use_addr[:slot_bits]),
+            self.use_data.eq(use.data),
+            self.written.eq(written),
+            self.idle.eq(issued == written),
+        ]
+        with m.If(self.start):
+            m.d.sync += [base.eq(self.base), count.eq(self.count), issued.eq(0), written.eq(0),
+                         self.error.eq(0)]
+        with m.Else():
+            with m.If(self.ar.valid & self.ar.ready):
+                m.d.sync += issued.eq(issued + 1)
+            with m.If(self.response.valid):
+                m.d.sync += written.eq(written + 1)
+                with m.If(self.response.payload.error):
+                    m.d.sync += self.error.eq(1)
+        return m
+
+
+class LinePrefetch(wiring.Component):
+    """Turn a window read port into a stream of consecutive lines.
+
+    Lines ``0, 1, 2, ...`` (since ``restart``) are read as soon as they are below ``limit`` and
+    offered on ``lines`` at up to one per cycle; a small buffer covers the port's one-cycle
+    read latency so that a consumer taking a line every cycle never waits.
+
+    Members
+    -------
+    restart : ``In(1)``
+        Pulse: start again from line ``first``.
+    first : ``In(32)``
+    limit : ``In(32)``
+        Lines below this may be read (the window's ``written``).
+    addr : ``Out(32)``, data : ``In(line_width)``
+        The window read port.
+    lines : ``Out(stream.Signature(line_width))``
+    """
+
+    DEPTH = 3
+
+    def __init__(self, *, line_width=512):
+        self._line_width = line_width
+        super().__init__({
+            "restart": In(1),
+            "first": In(COUNT_WIDTH),
+            "limit": In(COUNT_WIDTH),
+            "addr": Out(COUNT_WIDTH),
+            "data": In(line_width),
+            "lines": Out(stream.Signature(line_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        depth = self.DEPTH
+        # A tiny register FIFO: reads land one cycle after they are issued.
+        slots = [Signal(self._line_width, name=f"slot_{k}") for k in range(depth)]
+        level = Signal(range(depth + 1))
+        in_flight = Signal()
+        fetch_ptr = Signal(COUNT_WIDTH)
+        out_ptr = Signal(range(depth))
+        in_ptr = Signal(range(depth))
+
+        issue = Signal()
+        m.d.comb += [
+            issue.eq(~self.restart & (fetch_ptr != self.limit)
+                     & (level + in_flight < depth)),
+            self.addr.eq(fetch_ptr),
+            self.lines.valid.eq(level != 0),
+        ]
+        with m.Switch(out_ptr):
+            for k in range(depth):
+                with m.Case(k):
+                    m.d.comb += self.lines.payload.eq(slots[k])
+
+        pop = self.lines.valid & self.lines.ready
+        with m.If(in_flight):
+            with m.Switch(in_ptr):
+                for k in range(depth):
+                    with m.Case(k):
+                        m.d.sync += slots[k].eq(self.data)
+        with m.If(self.restart):
+            m.d.sync += [fetch_ptr.eq(self.first), level.eq(0), in_flight.eq(0),
+                         out_ptr.eq(0), in_ptr.eq(0)]
+        with m.Else():
+            m.d.sync += [in_flight.eq(issue), level.eq(level + in_flight - pop)]
+            with m.If(issue):
+                m.d.sync += fetch_ptr.eq(fetch_ptr + 1)
+            with m.If(in_flight):
+                m.d.sync += in_ptr.eq(_wrap_increment(in_ptr, depth))
+            with m.If(pop):
+                m.d.sync += out_ptr.eq(_wrap_increment(out_ptr, depth))
+        return m
+
+
+def _wrap_increment(value, depth):
+    return Mux(value == depth - 1, 0, value + 1)

@@ -1,0 +1,487 @@
+# amaranth: UnusedElaboratable=no
+"""Unit tests (Amaranth simulator) of the lookup engine's pieces and its parameter checks."""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.lib import data
+from amaranth.sim import Simulator
+
+from hw.emb.checks import CommandChecker
+from hw.emb.layouts import ErrorCode, Opcode, PoolingMode, command_layout, table_layout
+from hw.emb.lookup import LookupEngine
+from hw.emb.reciprocal import Reciprocal
+from hw.emb.validate import IndexValidator, OffsetsMode, OffsetsValidator
+from hw.fp import FPAdd, FPMul
+from hw.mem.line_stream import LinePrefetch, LineStream
+from hw.mem.line_writer import LineWriter
+from hw.mem.reorder import ReadReorderBuffer
+
+
+def simulate(dut, *testbenches, deadline=50_000):
+    """Run until every testbench returns; a testbench still waiting at ``deadline`` cycles
+    means the design hangs."""
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    finished = []
+
+    def finishing(testbench):
+        async def run(ctx):
+            await testbench(ctx)
+            finished.append(testbench)
+        return run
+
+    for testbench in testbenches:
+        sim.add_testbench(finishing(testbench))
+    sim.run_until(deadline * 1e-6)
+    assert len(finished) == len(testbenches), "a testbench did not finish: the design hangs"
+
+
+def pack_line(values):
+    return sum(int(v) << (32 * k) for k, v in enumerate(values))
+
+
+def lines_of(values):
+    values = list(values) + [0] * (-len(values) % 16)
+    return [pack_line(values[k:k + 16]) for k in range(0, len(values), 16)]
+
+
+# ------------------------------------------------------------------------------ reciprocal
+
+def test_reciprocal_matches_numpy():
+    dut = Reciprocal(tag_width=8)
+    draw = random.Random(1)
+    values = [0, 1, 2, 3, 5, 7, 100, 2**24 - 1, 2**24, 2**24 + 1, 2**24 + 3, 2**25 + 5,
+              0xFFFF_FF7F, 0xFFFF_FF80, 0xFFFF_FFFF, *range(8, 300),
+              *(draw.randrange(1, 2**32) for _ in range(300))]
+    got = []
+
+    async def testbench(ctx):
+        for k in range(len(values) + dut.latency):
+            ctx.set(dut.i.valid, k < len(values))
+            if k < len(values):
+                ctx.set(dut.i.payload.n, values[k])
+                ctx.set(dut.i.payload.tag, k & 0xFF)
+            await ctx.tick()
+            if ctx.get(dut.o.valid):
+                got.append((ctx.get(dut.o.payload.result), ctx.get(dut.o.payload.tag)))
+
+    simulate(dut, testbench)
+    with np.errstate(divide="ignore"):  # 1/0 is +inf, as in the hardware
+        expected = [(int((np.float32(1) / np.float32(v)).view(np.uint32)), k & 0xFF)
+                    for k, v in enumerate(values)]
+    assert got == expected
+
+
+@pytest.mark.parametrize("value", [0, 27, "2"])
+def test_reciprocal_rejects_bad_stage_width(value):
+    with pytest.raises(ValueError, match=r"^Bits per stage must be an integer in 1\.\.26, not"):
+        Reciprocal(bits_per_stage=value)
+
+
+# ---------------------------------------------------------------------- reorder buffer
+
+def test_reorder_buffer_returns_in_order_over_shuffled_responses():
+    depth = 8
+    context = data.StructLayout({"tag": 16})
+    dut = ReadReorderBuffer(depth=depth, addr_width=20, data_width=32, context=context)
+    draw = random.Random(3)
+    requests = [(k, draw.random() < 0.75, draw.random() < 0.05) for k in range(300)]
+    issued = {}        # id -> tag of the read it is serving
+    popped = []
+    reads = {}         # tag -> error
+
+    async def requester(ctx):
+        for tag, read, error in requests:
+            ctx.set(dut.request.valid, 1)
+            ctx.set(dut.request.payload, {"addr": tag, "read": read, "context": {"tag": tag}})
+            await ctx.tick().until(dut.request.ready)
+            if read:
+                reads[tag] = error
+        ctx.set(dut.request.valid, 0)
+
+    async def memory(ctx):
+        ctx.set(dut.ar.ready, 1)
+        waiting = []
+        while len(popped) < len(requests):
+            _, _, ar_valid, ar_ready, ar_id, ar_addr = await ctx.tick().sample(
+                dut.ar.valid, dut.ar.ready, dut.ar.payload.id, dut.ar.payload.addr)
+            if ar_valid and ar_ready:
+                assert ar_id not in waiting, "an ID was reused while its read was in flight"
+                issued[ar_id] = ar_addr
+                waiting.append(ar_id)
+            ctx.set(dut.ar.ready, draw.random() < 0.8)
+            ctx.set(dut.response.valid, 0)
+            if waiting and draw.random() < 0.6:
+                slot = waiting.pop(draw.randrange(len(waiting)))
+                tag = issued[slot]
+                ctx.set(dut.response.valid, 1)
+                ctx.set(dut.response.payload, {"id": slot, "data": tag * 3,
+                                               "error": requests[tag][2]})
+
+    async def consumer(ctx):
+        while len(popped) < len(requests):
+            ctx.set(dut.pop.ready, draw.random() < 0.7)
+            _, _, valid, ready, payload = await ctx.tick().sample(
+                dut.pop.valid, dut.pop.ready, dut.pop.payload)
+            if valid and ready:
+                tag = payload.context.tag
+                popped.append(tag)
+                if tag in reads:
+                    assert payload.data == tag * 3
+                    assert payload.error == reads[tag]
+
+    simulate(dut, requester, memory, consumer)
+    assert popped == [tag for tag, _, _ in requests]
+
+
+def test_reorder_buffer_rejects_bad_depth():
+    with pytest.raises(ValueError, match=r"^Depth must be a power of two, at least 2, not 12$"):
+        ReadReorderBuffer(depth=12, addr_width=20, data_width=32, context=1)
+
+
+# ------------------------------------------------------------- line stream and prefetch
+
+def test_line_stream_respects_its_window_and_lands_in_order():
+    from amaranth.hdl import Module
+
+    capacity = 4
+    m = Module()
+    m.submodules.stream = window = LineStream(capacity=capacity, addr_width=20, line_width=32)
+    m.submodules.prefetch = prefetch = LinePrefetch(line_width=32)
+    m.d.comb += [window.check_addr.eq(prefetch.addr), prefetch.data.eq(window.check_data),
+                 prefetch.limit.eq(window.written)]
+    draw = random.Random(5)
+    count = 23
+    got = []
+    in_flight = []
+
+    async def control(ctx):
+        ctx.set(window.base, 100)
+        ctx.set(window.count, count)
+        ctx.set(window.start, 1)
+        ctx.set(prefetch.restart, 1)
+        await ctx.tick()
+        ctx.set(window.start, 0)
+        ctx.set(prefetch.restart, 0)
+
+    async def memory(ctx):
+        ctx.set(window.ar.ready, 1)
+        await ctx.tick()
+        while len(got) < count:
+            _, _, valid, address, issued, freed = await ctx.tick().sample(
+                window.ar.valid, window.ar.payload.addr, window.written, window.freed)
+            if valid:  # ar.ready is always 1 here
+                in_flight.append(address)
+            assert len(in_flight) + issued - freed <= capacity, "read beyond the window"
+            ctx.set(window.response.valid, 0)
+            if in_flight and draw.random() < 0.5:
+                ctx.set(window.response.valid, 1)
+                ctx.set(window.response.payload.data, in_flight.pop(0) * 7)
+
+    async def consumer(ctx):
+        while len(got) < count:
+            ctx.set(prefetch.lines.ready, draw.random() < 0.5)
+            _, _, valid, ready, line = await ctx.tick().sample(
+                prefetch.lines.valid, prefetch.lines.ready, prefetch.lines.payload)
+            if valid and ready:
+                got.append(line)
+                ctx.set(window.freed, len(got))
+
+    simulate(m, control, memory, consumer)
+    assert got == [(100 + k) * 7 for k in range(count)]
+
+
+# ------------------------------------------------------------------------ validators
+
+def offsets_reference(offsets, bags, num_indices):
+    last = len(offsets) - 1
+    for i, value in enumerate(offsets):
+        code = None
+        if i == 0 and value != 0:
+            code = ErrorCode.OFFSETS_NOT_FROM_ZERO
+        elif i > 0 and value < offsets[i - 1]:
+            code = ErrorCode.OFFSETS_DECREASING
+        elif value > num_indices or (i == last and value != num_indices):
+            code = ErrorCode.OFFSETS_PAST_END
+        if code is not None:
+            table, bag = divmod(i, bags) if bags else (0, 0)
+            return {"code": code, "table": table, "bag": bag, "position": i}
+    return {"code": ErrorCode.NONE, "table": 0, "bag": 0, "position": 0}
+
+
+def random_offsets(draw, tables, bags):
+    lengths = [draw.choice([0, 0, 1, 2, 5, 17]) for _ in range(tables * bags)]
+    offsets = [0]
+    for length in lengths:
+        offsets.append(offsets[-1] + length)
+    num_indices = offsets[-1]
+    fault = draw.randrange(6)
+    spot = draw.randrange(len(offsets))
+    if fault == 1:
+        offsets[spot] = max(0, offsets[spot] - 1 - draw.randrange(3))
+    elif fault == 2:
+        offsets[spot] = num_indices + 1 + draw.randrange(3)
+    elif fault == 3:
+        num_indices += draw.choice([-1, 1]) if num_indices else 1
+    return offsets, num_indices
+
+
+async def feed_until_done(ctx, dut, lines, draw, *, busy=0.3):
+    """After ``start``: offer ``lines`` with random gaps until the validator is done."""
+    pending = list(lines)
+    while True:
+        offer = bool(pending) and draw.random() >= busy
+        ctx.set(dut.lines.valid, offer)
+        if offer:
+            ctx.set(dut.lines.payload, pending[0])
+        _, _, taken, done = await ctx.tick().sample(dut.lines.ready, dut.done)
+        if offer and taken:
+            pending.pop(0)
+        if done:
+            ctx.set(dut.lines.valid, 0)
+            return
+
+
+def run_offsets_jobs(jobs, *, seed=0):
+    """Run OffsetsValidator jobs one after the other in one simulation; return their results.
+
+    A job is ``(offsets, settings)`` with settings bags, tables, num_indices and optionally
+    mode, first, end, threshold."""
+    dut = OffsetsValidator(max_tables=8)
+    draw = random.Random(seed)
+    results = []
+
+    async def testbench(ctx):
+        for offsets, settings in jobs:
+            first = settings.get("first", 0)
+            ctx.set(dut.mode, settings.get("mode", OffsetsMode.CHECK))
+            ctx.set(dut.capture, 1)
+            ctx.set(dut.first, first)
+            ctx.set(dut.end, settings.get("end", len(offsets)))
+            ctx.set(dut.bags, settings["bags"])
+            ctx.set(dut.tables, settings["tables"])
+            ctx.set(dut.num_indices, settings["num_indices"])
+            ctx.set(dut.threshold, settings.get("threshold", 0))
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            await feed_until_done(ctx, dut, lines_of(offsets)[first // 16:], draw)
+            error = ctx.get(dut.error)
+            results.append({
+                "error": {"code": error.code, "table": error.table, "bag": error.bag,
+                          "position": error.position},
+                "count": ctx.get(dut.count),
+                "starts": [ctx.get(dut.table_starts[t])
+                           for t in range(settings["tables"] + 1)],
+            })
+
+    simulate(dut, testbench)
+    return results
+
+
+def test_offsets_validator_finds_the_first_problem():
+    draw = random.Random(11)
+    jobs = []
+    for _ in range(40):
+        tables, bags = draw.randint(1, 4), draw.choice([0, 1, 3, 16, 21])
+        offsets, num_indices = random_offsets(draw, tables, bags)
+        jobs.append((offsets, {"bags": bags, "tables": tables, "num_indices": num_indices}))
+    for (offsets, settings), result in zip(jobs, run_offsets_jobs(jobs), strict=True):
+        expected = offsets_reference(offsets, settings["bags"], settings["num_indices"])
+        assert result["error"] == expected, (offsets, settings)
+        if expected["code"] == ErrorCode.NONE:
+            bags = settings["bags"]
+            assert result["starts"] == [offsets[t * bags]
+                                        for t in range(settings["tables"] + 1)]
+
+
+def test_offsets_validator_counts_bag_starts():
+    offsets = [0, 3, 3, 7, 9, 9, 9, 12, 20, 21, 30, 31, 32, 40, 41, 43, 44, 50, 51]
+    windows = ((9, 2, 9), (0, 0, 5), (43, 5, 19), (100, 17, 18))
+    jobs = [(offsets, {"bags": 0, "tables": 1, "num_indices": 51, "mode": OffsetsMode.COUNT,
+                       "first": first, "end": end, "threshold": threshold})
+            for threshold, first, end in windows]
+    for (threshold, first, end), result in zip(windows, run_offsets_jobs(jobs), strict=True):
+        assert result["count"] == sum(v <= threshold for v in offsets[first:end])
+
+
+def index_reference(indices, starts, rows):
+    for position, index in enumerate(indices):
+        table = max(t for t in range(len(starts) - 1) if starts[t] <= position)
+        if index >= rows[table]:
+            return {"code": ErrorCode.INDEX_OUT_OF_RANGE, "table": table, "position": position}
+    return {"code": ErrorCode.NONE, "table": 0, "position": 0}
+
+
+def test_index_validator_names_position_and_table():
+    draw = random.Random(100)
+    jobs = []
+    for _ in range(30):
+        tables = draw.randint(1, 4)
+        counts = [draw.choice([0, 1, 5, 16, 40]) for _ in range(tables)]
+        rows = [draw.randint(1, 50) for _ in range(tables)]
+        indices = [draw.randrange(r) for r, c in zip(rows, counts, strict=True)
+                   for _ in range(c)]
+        starts = [sum(counts[:t]) for t in range(tables + 1)]
+        if indices and draw.random() < 0.7:
+            spot = draw.randrange(len(indices))
+            table = max(t for t in range(tables) if starts[t] <= spot)
+            indices[spot] = rows[table] + draw.randrange(3)
+        jobs.append((indices, starts, rows))
+    dut = IndexValidator(max_tables=4, addr_width=32)
+    layout = data.ArrayLayout(table_layout(32), 4)
+    results = []
+
+    async def testbench(ctx):
+        for indices, starts, rows in jobs:
+            tables = len(rows)
+            ctx.set(dut.tables, layout.const([{"rows": r, "dim": 16} for r in rows]
+                                             + [{}] * (4 - tables)))
+            for t in range(5):
+                ctx.set(dut.table_starts[t], starts[min(t, tables)])
+            ctx.set(dut.num_indices, len(indices))
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            await feed_until_done(ctx, dut, lines_of(indices), draw)
+            error = ctx.get(dut.error)
+            results.append({"code": error.code, "table": error.table,
+                            "position": error.position})
+
+    simulate(dut, testbench)
+    for (indices, starts, rows), result in zip(jobs, results, strict=True):
+        assert result == index_reference(indices, starts, rows), (indices, starts, rows)
+
+
+# ------------------------------------------------------------------------- checker
+
+def run_checker(jobs):
+    """Check each (command, tables, regions) in one simulation; return (error, table) each."""
+    from hw.emb.layouts import region_layout
+
+    dut = CommandChecker(max_tables=4, max_dim=128, num_regions=2, addr_width=32)
+    results = []
+
+    async def testbench(ctx):
+        for command, tables, regions in jobs:
+            ctx.set(dut.command, command_layout(32).const(command))
+            ctx.set(dut.tables, data.ArrayLayout(table_layout(32), 4).const(
+                tables + [{}] * (4 - len(tables))))
+            ctx.set(dut.regions, data.ArrayLayout(region_layout(32), 2).const(regions))
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            await ctx.tick().until(dut.done)
+            results.append((ctx.get(dut.error), ctx.get(dut.table)))
+
+    simulate(dut, testbench)
+    return results
+
+
+def test_checker_order_and_zero_length_buffers():
+    regions = [{"base": 0x1000, "size": 0x10000, "enable": 1}, {}]
+    tables = [{"base": 0x1000, "rows": 4, "dim": 16, "mode": PoolingMode.SUM},
+              {"base": 0x2000, "rows": 4, "dim": 32, "mode": PoolingMode.SUM}]
+    command = {"opcode": Opcode.LOOKUP, "bags": 2, "tables": 2, "num_indices": 0,
+               "indices": 0x9999, "offsets": 0x4000, "weights": 0x5555, "output": 0x5000}
+    weighted = [dict(tables[0], mode=PoolingMode.WEIGHTED), tables[1]]
+    cases = [
+        # No indices and no WEIGHTED table: those two buffers are not checked at all.
+        (command, tables, (ErrorCode.NONE, 0)),
+        (command, [dict(tables[0]), dict(tables[1], dim=20, base=0x2004)],
+         (ErrorCode.BAD_DIMENSION, 1)),
+        (command, [dict(tables[0], base=0x1004), dict(tables[1], dim=20)],
+         (ErrorCode.MISALIGNED_ADDRESS, 0)),
+        (command, [dict(tables[0]), dict(tables[1], rows=0x10000)],
+         (ErrorCode.ADDRESS_OUT_OF_REGION, 1)),
+        (dict(command, num_indices=3), weighted,
+         (ErrorCode.MISALIGNED_ADDRESS, 0)),  # indices at 0x9999
+        (dict(command, num_indices=3, indices=0x3000), weighted,
+         (ErrorCode.MISALIGNED_ADDRESS, 0)),  # weights at 0x5555
+        (dict(command, output=0x10FC0), tables,
+         (ErrorCode.ADDRESS_OUT_OF_REGION, 0)),  # 2 bags x 192 bytes cross the region end
+        (dict(command, tables=0), tables, (ErrorCode.BAD_TABLE_COUNT, 0)),
+        (dict(command, tables=5), tables, (ErrorCode.BAD_TABLE_COUNT, 0)),
+    ]
+    results = run_checker([(c, t, regions) for c, t, _ in cases])
+    assert results == [expected for _, _, expected in cases]
+
+
+# ---------------------------------------------------------------------------- writer
+
+def test_line_writer_waits_for_enable_and_flushes_unstarted_lines():
+    dut = LineWriter(depth=4, addr_width=32, line_width=32)
+    written = []
+
+    async def testbench(ctx):
+        ctx.set(dut.aw.ready, 1)
+        ctx.set(dut.w.ready, 1)
+        for k in range(3):
+            ctx.set(dut.lines.valid, 1)
+            ctx.set(dut.lines.payload, {"line": k, "data": k + 10})
+            await ctx.tick()
+        ctx.set(dut.lines.valid, 0)
+        for _ in range(4):
+            assert not ctx.get(dut.aw.valid)
+            await ctx.tick()
+        ctx.set(dut.enable, 1)
+        _, _, aw_valid, address = await ctx.tick().sample(dut.aw.valid, dut.aw.payload.addr)
+        assert aw_valid
+        written.append(address)
+        ctx.set(dut.enable, 0)
+        ctx.set(dut.flush, 1)
+        await ctx.tick().repeat(4)
+        assert ctx.get(dut.level) == 0
+        assert not ctx.get(dut.idle)  # one write awaits its B response
+        ctx.set(dut.b.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.b.valid, 0)
+        await ctx.tick()
+        assert ctx.get(dut.idle)
+
+    simulate(dut, testbench)
+    assert written == [0]
+
+
+# --------------------------------------------------------------- engine parameters
+
+GOOD = dict(max_tables=4, max_dim=64, num_regions=2, addr_width=32, id_width=6,
+            outstanding_reads=32, index_buffer_depth=64, offset_buffer_depth=64,
+            output_buffer_depth=8, bag_slots=8)
+
+
+@pytest.mark.parametrize(("change", "error", "message"), [
+    ({"max_tables": 0}, ValueError, r"^Maximum table count must be in 1\.\.255, not 0$"),
+    ({"max_tables": "4"}, TypeError, r"^Maximum table count must be an integer, not '4'$"),
+    ({"max_dim": 40}, ValueError, r"^Maximum dimension must be a multiple of 16, not 40$"),
+    ({"max_dim": 8}, ValueError, r"^Maximum dimension must be in 16\.\.4096, not 8$"),
+    ({"num_regions": 0}, ValueError, r"^Region count must be in 1\.\.16, not 0$"),
+    ({"addr_width": 70}, ValueError, r"^Address width must be in 12\.\.64, not 70$"),
+    ({"id_width": 0}, ValueError, r"^ID width must be in 1\.\.16, not 0$"),
+    ({"outstanding_reads": 48}, ValueError,
+     r"^Outstanding reads must be a power of two, not 48$"),
+    ({"outstanding_reads": 64}, ValueError,
+     r"^Outstanding reads \(64\) plus 3 stream IDs need more than 6 ID bits$"),
+    ({"index_buffer_depth": 16}, ValueError, r"^Index buffer depth must be at least 32, not 16$"),
+    ({"offset_buffer_depth": 96}, ValueError,
+     r"^Offset buffer depth must be a power of two, not 96$"),
+    ({"output_buffer_depth": 1}, ValueError, r"^Output buffer depth must be at least 2, not 1$"),
+    ({"bag_slots": 6}, ValueError, r"^Bag slots must be a power of two, not 6$"),
+    ({"bag_slots": 128}, ValueError, r"^Bag slots must be in 2\.\.64, not 128$"),
+    ({"mul_stages": 0}, ValueError,
+     rf"^Multiplier stages must be None or an integer in 1\.\.{len(FPMul.CUTS) - 1}, not 0$"),
+    ({"add_stages": 9}, ValueError,
+     rf"^Adder stages must be None or an integer in 0\.\.{len(FPAdd.CUTS) - 1}, not 9$"),
+])
+def test_engine_parameters_are_checked(change, error, message):
+    with pytest.raises(error, match=message):
+        LookupEngine(**{**GOOD, **change})
+
+
+def test_engine_properties():
+    engine = LookupEngine(**GOOD)
+    assert engine.outstanding_reads == 32
+    assert engine.bag_slots == 8
+    assert engine.pooling_latency == 1 + FPMul.DEFAULT_STAGES + FPAdd.DEFAULT_STAGES

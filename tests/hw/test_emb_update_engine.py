@@ -1,0 +1,119 @@
+# amaranth: UnusedElaboratable=no
+"""The update engine as a whole: constructor checks, derived figures, and small commands in
+Amaranth's simulator at parameter corners the Verilator testbench (``tb/emb``) does not build:
+capacity 1 (a chunk per distinct row), combinational and short FP pipelines (other
+accumulation hazard windows), narrow addresses."""
+
+import numpy as np
+import pytest
+
+from hw.emb.layouts import ErrorCode, PoolingMode
+from hw.emb.update import UpdateEngine
+from hw.fp import FPAdd, FPMul
+from hw.mem.axi import AXI4Signature
+from tb.emb.update_pysim import run_engine
+from tb.emb.update_scenarios import (
+    corrupted,
+    expected_counters,
+    expected_image,
+    expected_status,
+    random_scenario,
+)
+
+BAD_PARAMETERS = [
+    ("max_tables", 0, r"Table count limit must be an integer in 1\.\.255, not 0"),
+    ("max_tables", 256, r"Table count limit must be an integer in 1\.\.255, not 256"),
+    ("max_tables", True, r"Table count limit must be an integer in 1\.\.255, not True"),
+    ("max_dim", 0, r"Maximum dimension must be a multiple of 16 in 16\.\.65520, not 0"),
+    ("max_dim", 24, r"Maximum dimension must be a multiple of 16 in 16\.\.65520, not 24"),
+    ("max_dim", 65536,
+     r"Maximum dimension must be a multiple of 16 in 16\.\.65520, not 65536"),
+    ("max_dim", "16", r"Maximum dimension must be a multiple of 16 in 16\.\.65520, not '16'"),
+    ("num_regions", 0, r"Region count must be an integer in 1\.\.64, not 0"),
+    ("num_regions", 65, r"Region count must be an integer in 1\.\.64, not 65"),
+    ("addr_width", 11, r"Address width must be an integer in 12\.\.64, not 11"),
+    ("addr_width", 65, r"Address width must be an integer in 12\.\.64, not 65"),
+    ("id_width", 0, r"ID width must be an integer in 1\.\.16, not 0"),
+    ("id_width", 17, r"ID width must be an integer in 1\.\.16, not 17"),
+    ("max_unique_rows", 0, r"Unique-row capacity must be an integer in 1\.\.1024, not 0"),
+    ("max_unique_rows", 1025,
+     r"Unique-row capacity must be an integer in 1\.\.1024, not 1025"),
+    ("mul_stages", -1, rf"Multiplier stages must be None or an integer in "
+                       rf"0\.\.{len(FPMul.CUTS) - 1}, not -1"),
+    ("mul_stages", 2.0, rf"Multiplier stages must be None or an integer in "
+                        rf"0\.\.{len(FPMul.CUTS) - 1}, not 2\.0"),
+    ("add_stages", len(FPAdd.CUTS), rf"Adder stages must be None or an integer in "
+                                    rf"0\.\.{len(FPAdd.CUTS) - 1}, not {len(FPAdd.CUTS)}"),
+    ("outstanding_reads", 3, r"Outstanding reads must be an integer in 4\.\.256, not 3"),
+    ("outstanding_reads", 257, r"Outstanding reads must be an integer in 4\.\.256, not 257"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "message"), BAD_PARAMETERS)
+def test_constructor_rejects_bad_parameters(name, value, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        UpdateEngine(**{name: value})
+
+
+def test_derived_figures_and_ports():
+    engine = UpdateEngine(max_tables=3, max_dim=96, num_regions=2, addr_width=40, id_width=5,
+                          max_unique_rows=12, mul_stages=3, add_stages=4, outstanding_reads=6)
+    assert (engine.max_tables, engine.max_dim, engine.num_regions) == (3, 96, 2)
+    assert (engine.addr_width, engine.id_width, engine.max_unique_rows) == (40, 5, 12)
+    assert engine.lines_per_row == 6
+    assert engine.gradient_buffer_lines == 72
+    assert (engine.mul_latency, engine.add_latency, engine.hazard_window) == (3, 4, 5)
+    assert engine.outstanding_reads == 6
+    assert engine.signature.members["axi"].signature == AXI4Signature(
+        addr_width=40, data_width=512, id_width=5)
+    assert set(engine.signature.members) == {
+        "cmd", "done", "tables", "regions", "lr", "axi", "counters"}
+    defaults = UpdateEngine()
+    assert (defaults.mul_latency, defaults.add_latency) == (FPMul.DEFAULT_STAGES,
+                                                            FPAdd.DEFAULT_STAGES)
+
+
+CORNERS = {
+    "capacity 1, combinational FP": dict(
+        max_tables=2, max_dim=32, num_regions=3, addr_width=24, id_width=1,
+        max_unique_rows=1, mul_stages=0, add_stages=0, outstanding_reads=4),
+    "capacity 2, short FP": dict(
+        max_tables=2, max_dim=32, num_regions=3, addr_width=24, id_width=1,
+        max_unique_rows=2, mul_stages=1, add_stages=2, outstanding_reads=4),
+}
+
+
+def _run(params, scenarios, *, seed, busy):
+    engine = UpdateEngine(**params)
+    return run_engine(engine, scenarios, addr_width=params["addr_width"],
+                      max_tables=params["max_tables"], num_regions=params["num_regions"],
+                      seed=seed, busy=busy, deadline=20_000)
+
+
+@pytest.mark.parametrize("corner", list(CORNERS))
+def test_small_commands_at_parameter_corners(corner):
+    """Two tiny commands back to back: every mode, repeated rows (back-to-back accumulation
+    into one line, rows re-read after their write in the previous chunk), then a bad one."""
+    params = CORNERS[corner]
+    draw = np.random.default_rng(list(CORNERS).index(corner))
+    good = random_scenario(draw, max_tables=2, dims=(16, 32), rows=(1, 3), bags=(2, 2),
+                           bag_length=(2, 4), modes=tuple(PoolingMode))
+    indices = good.indices.copy()
+    indices[-1] = good.tables[-1].shape[0]  # out of range: the command must change nothing
+    bad = corrupted(good, indices=indices)
+    runs = _run(params, [good, bad], seed=3, busy=0.4)
+
+    capacity = params["max_unique_rows"]
+    image, chunks = expected_image(good, capacity)
+    assert runs[0].status.error == ErrorCode.NONE
+    assert bytes(runs[0].image[:len(image)]) == bytes(image)
+    counters = expected_counters(good, chunks)
+    assert runs[0].counters.rows_read == counters["rows_read"]
+    assert runs[0].counters.bytes_written == counters["bytes_written"]
+
+    expected = expected_status(bad, max_tables=params["max_tables"],
+                               max_dim=params["max_dim"])
+    status = runs[1].status
+    assert (status.error, status.table, status.bag, status.position) == (
+        expected["error"], expected["table"], expected["bag"], expected["position"])
+    assert bytes(runs[1].image[:len(bad.image)]) == bytes(bad.image)

@@ -1,0 +1,347 @@
+# amaranth: UnusedElaboratable=no
+"""Unit tests (Amaranth simulator) of the update engine's small pieces."""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.sim import Simulator
+
+from hw.emb.update_reads import ReadRouter, WordReader
+from hw.emb.update_reciprocal import Reciprocal, reciprocal_bits
+from hw.emb.update_rows import UniqueRows
+from hw.emb.update_writes import WriteQueue
+
+
+def simulate(dut, *testbenches, processes=(), deadline=100_000):
+    """Run until every testbench returns; fail if one is still waiting at ``deadline`` cycles
+    (a hang is a failure, not a timeout of the whole suite)."""
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    finished = []
+
+    def finishing(testbench):
+        async def run(ctx):
+            await testbench(ctx)
+            finished.append(testbench)
+        return run
+
+    for process in processes:
+        sim.add_process(process)
+    for testbench in testbenches:
+        sim.add_testbench(finishing(testbench))
+    sim.run_until(deadline * 1e-6)
+    assert len(finished) == len(testbenches), "a testbench did not finish: the design hangs"
+
+
+def numpy_reciprocal(length):
+    return int((np.float32(1) / np.float32(length)).view(np.uint32))
+
+
+# ---------------------------------------------------------------------------- reciprocal
+
+
+def test_reciprocal_model_matches_numpy_division():
+    draw = random.Random(1)
+    lengths = [*range(1, 5000), 2**24 - 1, 2**24, 2**24 + 1, 2**24 + 3, 2**25 - 1,
+               0xFFFF_FF7F, 0xFFFF_FF80, 0xFFFF_FFFF,
+               *(draw.randrange(1, 2**32) for _ in range(20000))]
+    for length in lengths:
+        assert reciprocal_bits(length) == numpy_reciprocal(length), length
+
+
+def test_reciprocal_of_zero_is_infinity():
+    assert reciprocal_bits(0) == 0x7F80_0000
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3])
+def test_reciprocal_hardware(steps):
+    dut = Reciprocal(steps_per_cycle=steps)
+    draw = random.Random(steps)
+    lengths = [1, 2, 3, 5, 7, 10, 80, 120, 255, 1000, 2**24 + 1, 0xFFFF_FFFF, 0,
+               *(draw.randrange(1, 2**12) for _ in range(15)),
+               *(draw.randrange(1, 2**32) for _ in range(10))]
+
+    async def testbench(ctx):
+        for length in lengths:
+            ctx.set(dut.i.payload, length)
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+            ctx.set(dut.i.valid, 0)
+            ctx.set(dut.o.ready, 1)
+            cycles = 0
+            while not ctx.get(dut.o.valid):
+                await ctx.tick()
+                cycles += 1
+            assert cycles <= dut.latency
+            assert ctx.get(dut.o.payload) == reciprocal_bits(length), length
+            await ctx.tick()
+            ctx.set(dut.o.ready, 0)
+
+    simulate(dut, testbench)
+
+
+@pytest.mark.parametrize("steps", [0, 5, 25, True, "2"])
+def test_reciprocal_rejects_bad_steps(steps):
+    with pytest.raises(ValueError, match=r"^Steps per cycle must be a divisor of 24, not "):
+        Reciprocal(steps_per_cycle=steps)
+
+
+# ---------------------------------------------------------------------------- unique rows
+
+
+def unique_rows_reference(keys, capacity):
+    """Slots and fresh flags for a stream of keys, plus where chunks start (golden rule)."""
+    slots, chunk, out, starts = {}, 0, [], []
+    for position, key in enumerate(keys):
+        if key not in slots and len(slots) == capacity:
+            slots, chunk = {}, chunk + 1
+            starts.append(position)
+        fresh = key not in slots
+        slots.setdefault(key, len(slots))
+        out.append((slots[key], fresh, chunk))
+    return out, starts
+
+
+@pytest.mark.parametrize("capacity", [1, 3, 8])
+def test_unique_rows_slots_and_chunks(capacity):
+    dut = UniqueRows(capacity=capacity, table_width=2, payload_shape=16)
+    draw = random.Random(capacity)
+    keys = [(draw.randrange(3), draw.randrange(6)) for _ in range(120)]
+    expected, _starts = unique_rows_reference(keys, capacity)
+    seen = []
+    chunk_keys = {}
+
+    async def producer(ctx):
+        for number, (table, row) in enumerate(keys):
+            ctx.set(dut.i.payload.table, table)
+            ctx.set(dut.i.payload.row, row)
+            ctx.set(dut.i.payload.data, number)
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+            if draw.random() < 0.3:
+                ctx.set(dut.i.valid, 0)
+                await ctx.tick()
+        ctx.set(dut.i.valid, 0)
+
+    async def consumer(ctx):
+        chunk = 0
+        while len(seen) < len(keys):
+            if ctx.get(dut.full) and not ctx.get(dut.o.valid):
+                # The chunk is complete and drained: read its keys back, then clear.
+                count = ctx.get(dut.count)
+                assert count == capacity
+                for slot in range(count):
+                    ctx.set(dut.key_slot, slot)
+                    key = ctx.get(dut.key)
+                    chunk_keys[(chunk, slot)] = (key.table, key.row)
+                ctx.set(dut.clear, 1)
+                await ctx.tick()
+                ctx.set(dut.clear, 0)
+                chunk += 1
+                continue
+            ctx.set(dut.o.ready, int(draw.random() < 0.7))
+            _, _, ready, valid, payload = await ctx.tick().sample(
+                dut.o.ready, dut.o.valid, dut.o.payload)
+            if ready and valid:
+                seen.append((payload.slot, bool(payload.fresh), chunk, payload.data))
+
+    simulate(dut, producer, consumer, deadline=5_000)
+    assert [(slot, fresh, chunk) for slot, fresh, chunk, _ in seen] == expected
+    assert [number for *_, number in seen] == list(range(len(keys)))
+    for (chunk, slot), key in chunk_keys.items():
+        first = next(k for k, (s, _, c) in zip(keys, expected, strict=True)
+                     if c == chunk and s == slot)
+        assert key == first
+
+
+@pytest.mark.parametrize("capacity", [0, -1, True, 2.0])
+def test_unique_rows_rejects_bad_capacity(capacity):
+    with pytest.raises(ValueError, match=r"^Capacity must be a positive integer, not "):
+        UniqueRows(capacity=capacity, table_width=1, payload_shape=1)
+
+
+# ---------------------------------------------------------------------------- reads
+
+
+class LineMemory:
+    """A read channel model: accepts AR with random stalls, answers in order after a random
+    delay; each line's data is derived from its address."""
+
+    def __init__(self, router, seed, *, error_lines=()):
+        self.router = router
+        self.draw = random.Random(seed)
+        self.error_lines = set(error_lines)
+        self.pending = []
+
+    @staticmethod
+    def line(address):
+        return sum(((address * 16 + word) & 0xFFFF_FFFF) << (32 * word) for word in range(16))
+
+    async def serve(self, ctx):
+        router = self.router
+        while True:
+            ctx.set(router.ar.ready, int(self.draw.random() < 0.6))
+            respond = bool(self.pending) and self.draw.random() < 0.5
+            if respond:
+                address = self.pending[0]
+                ctx.set(router.r.valid, 1)
+                ctx.set(router.r.payload.data, self.line(address))
+                ctx.set(router.r.payload.resp, 2 if address in self.error_lines else 0)
+            else:
+                ctx.set(router.r.valid, 0)
+            _, _, ar_ready, ar_valid, ar_address, r_ready = await ctx.tick().sample(
+                router.ar.ready, router.ar.valid, router.ar.payload, router.r.ready)
+            if ar_ready and ar_valid:
+                self.pending.append(ar_address)
+            if respond and r_ready:
+                self.pending.pop(0)
+
+
+def test_word_readers_share_a_router_with_back_pressure():
+    m = Module()
+    router = m.submodules.router = ReadRouter(line_address_width=20,
+                                              sources=[("a", 4), ("b", 3)])
+    reader_a = m.submodules.reader_a = WordReader(line_address_width=20)
+    reader_b = m.submodules.reader_b = WordReader(line_address_width=20)
+    for name, reader in (("a", reader_a), ("b", reader_b)):
+        wiring.connect(m, reader.request, getattr(router, f"{name}_request"))
+        wiring.connect(m, getattr(router, f"{name}_response"), reader.lines)
+    memory = LineMemory(router, seed=5)
+    draw = random.Random(9)
+    jobs = {"a": (100, 37), "b": (400, 50)}
+    results = {"a": [], "b": []}
+
+    def consumer(name, reader):
+        base, words = jobs[name]
+
+        async def run(ctx):
+            if name == "a":
+                ctx.set(reader_a.base, base)
+                ctx.set(reader_a.words, words)
+                ctx.set(reader_a.start, 1)
+                ctx.set(reader_b.base, jobs["b"][0])
+                ctx.set(reader_b.words, jobs["b"][1])
+                ctx.set(reader_b.start, 1)
+                await ctx.tick()
+                ctx.set(reader_a.start, 0)
+                ctx.set(reader_b.start, 0)
+            else:
+                await ctx.tick()
+            while len(results[name]) < words:
+                ctx.set(reader.o.ready, int(draw.random() < 0.5))
+                _, _, ready, valid, word = await ctx.tick().sample(
+                    reader.o.ready, reader.o.valid, reader.o.payload)
+                if ready and valid:
+                    results[name].append(word)
+            ctx.set(reader.o.ready, 0)
+            for _ in range(60):  # nothing more is asked for or delivered
+                await ctx.tick()
+                assert not ctx.get(reader.o.valid)
+            assert ctx.get(router.outstanding) == 0
+        return run
+
+    simulate(m, consumer("a", reader_a), consumer("b", reader_b),
+             processes=(memory.serve,), deadline=20_000)
+    for name, (base, words) in jobs.items():
+        assert results[name] == [(base * 16 + k) & 0xFFFF_FFFF for k in range(words)]
+
+
+def test_router_flags_error_responses():
+    router = ReadRouter(line_address_width=16, sources=[("only", 4)])
+    memory = LineMemory(router, seed=2, error_lines={7})
+    errors, got = [], []
+
+    async def requests(ctx):
+        for address in range(5, 10):
+            ctx.set(router.only_request.payload, address)
+            ctx.set(router.only_request.valid, 1)
+            await ctx.tick().until(router.only_request.ready)
+        ctx.set(router.only_request.valid, 0)
+
+    async def responses(ctx):
+        ctx.set(router.only_response.ready, 1)
+        while len(got) < 5:
+            _, _, valid, data = await ctx.tick().sample(
+                router.only_response.valid, router.only_response.payload)
+            if valid:
+                got.append(data)
+
+    async def watch(ctx):
+        async for _, _, error in ctx.tick().sample(router.error):
+            if error:
+                errors.append(1)
+
+    simulate(router, requests, responses, processes=(memory.serve, watch), deadline=5_000)
+    assert got == [LineMemory.line(a) for a in range(5, 10)]
+    assert errors == [1]
+
+
+def test_router_rejects_shallow_fifos():
+    with pytest.raises(ValueError, match=r"^Source 'x' needs a response FIFO depth of at least"):
+        ReadRouter(line_address_width=16, sources=[("x", 2)])
+
+
+# ---------------------------------------------------------------------------- writes
+
+
+def test_write_queue_orders_channels_and_counts_completions():
+    dut = WriteQueue(line_address_width=16, max_outstanding=3)
+    draw = random.Random(4)
+    entries = [(address, address * 3 + 1) for address in range(20)]
+    seen_aw, seen_w = [], []
+    awaiting_b = []
+
+    async def producer(ctx):
+        for address, value in entries:
+            ctx.set(dut.i.payload.address, address)
+            ctx.set(dut.i.payload.data, value)
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+
+    async def memory(ctx):
+        while True:
+            ctx.set(dut.aw.ready, int(draw.random() < 0.5))
+            ctx.set(dut.w.ready, int(draw.random() < 0.5))
+            answer = bool(awaiting_b) and draw.random() < 0.3
+            ctx.set(dut.b.valid, int(answer))
+            ctx.set(dut.b.payload, 0)
+            _, _, aw_ok, aw_valid, aw, w_ok, w_valid, w, outstanding = await ctx.tick().sample(
+                dut.aw.ready, dut.aw.valid, dut.aw.payload, dut.w.ready, dut.w.valid,
+                dut.w.payload, dut.outstanding)
+            assert outstanding <= 3
+            if aw_ok and aw_valid:
+                seen_aw.append(aw)
+                awaiting_b.append(aw)
+            if w_ok and w_valid:
+                seen_w.append(w)
+            if answer:
+                awaiting_b.pop(0)
+
+    async def checker(ctx):
+        while len(seen_aw) < len(entries) or awaiting_b or not ctx.get(dut.idle):
+            await ctx.tick()
+        assert seen_aw == [address for address, _ in entries]
+        assert seen_w == [value for _, value in entries]
+
+    simulate(dut, producer, checker, processes=(memory,), deadline=5_000)
+
+
+def test_write_queue_drops_unoffered_writes_after_stop():
+    dut = WriteQueue(line_address_width=16)
+
+    async def testbench(ctx):
+        ctx.set(dut.stop, 1)
+        ctx.set(dut.i.payload.address, 5)
+        ctx.set(dut.i.valid, 1)
+        ctx.set(dut.aw.ready, 1)
+        ctx.set(dut.w.ready, 1)
+        for _ in range(3):
+            _, _, taken, aw_valid, w_valid = await ctx.tick().sample(
+                dut.i.ready, dut.aw.valid, dut.w.valid)
+            assert taken and not aw_valid and not w_valid
+
+    simulate(dut, testbench, deadline=100)

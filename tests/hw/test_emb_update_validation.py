@@ -1,0 +1,226 @@
+# amaranth: UnusedElaboratable=no
+"""The update engine's checker and walker against the testbench's reference
+(``tb.emb.update_scenarios.expected_status``): random corruptions of valid commands, one
+error order for descriptors, buffers, offsets and indices; and the walker's occurrences."""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from hw.emb.layouts import ErrorCode, PoolingMode
+from hw.emb.update_checks import CommandChecker
+from hw.emb.update_reciprocal import reciprocal_bits
+from hw.emb.update_walker import OccurrenceWalker, WalkMode
+from tb.emb.update_scenarios import corrupted, expected_status, random_scenario
+
+MAX_TABLES, MAX_DIM, REGIONS, ADDR_WIDTH = 4, 128, 4, 32
+CHECKER_ERRORS = {ErrorCode.BAD_OPCODE, ErrorCode.BAD_TABLE_COUNT, ErrorCode.BAD_DIMENSION,
+                  ErrorCode.MISALIGNED_ADDRESS, ErrorCode.ADDRESS_OUT_OF_REGION}
+
+
+def _base(draw):
+    return random_scenario(draw, max_tables=MAX_TABLES, dims=(16, 32, 128), rows=(1, 30),
+                           bags=(0, 4), bag_length=(0, 4), specials=False)
+
+
+def _descriptor_mutation(draw, scenario):
+    """One random change to descriptors, regions or buffer addresses."""
+    count = len(scenario.tables)
+    t = int(draw.integers(count))
+    choice = int(draw.integers(10))
+    if choice == 0:
+        return corrupted(scenario, table_count=int(draw.choice([0, MAX_TABLES + 1, 255])))
+    if choice == 1:
+        dim = int(draw.choice([0, 8, 24, MAX_DIM + 16, 65520]))
+        return corrupted(scenario, descriptor_overrides={t: {"dim": dim}})
+    if choice == 2:
+        base = scenario.table_bases[t] + int(draw.choice([4, 32, 60]))
+        return corrupted(scenario, descriptor_overrides={t: {"base": base}})
+    if choice == 3:
+        return corrupted(scenario, descriptor_overrides={t: {"rows": 1 << 20}})
+    if choice == 4:
+        return corrupted(scenario, descriptor_overrides={t: {"rows": 0, "base": 0x100}})
+    if choice == 5:
+        region = int(draw.integers(2))
+        regions = [(b, s, e and r != region) for r, (b, s, e) in enumerate(scenario.regions)]
+        return corrupted(scenario, regions=regions)
+    if choice == 6:
+        name = str(draw.choice(["indices", "offsets", "weights", "output"]))
+        delta = int(draw.choice([4, 16, -0x1000]))
+        return corrupted(scenario, addresses={**scenario.addresses,
+                                              name: scenario.addresses[name] + delta})
+    if choice == 7:
+        return corrupted(scenario, modes=[PoolingMode.WEIGHTED] * count,
+                         addresses={**scenario.addresses, "weights": 0x20})
+    if choice == 8:
+        return corrupted(scenario, num_indices=0, addresses={**scenario.addresses,
+                                                               "indices": 0x7})
+    return corrupted(scenario, bags=0, addresses={**scenario.addresses, "output": 0x3})
+
+
+def test_checker_follows_the_documented_order():
+    draw = np.random.default_rng(11)
+    cases = []
+    for _ in range(60):
+        scenario = _base(draw)
+        for _ in range(int(draw.integers(1, 4))):
+            scenario = _descriptor_mutation(draw, scenario)
+        cases.append(scenario)
+    dut = CommandChecker(max_tables=MAX_TABLES, max_dim=MAX_DIM, num_regions=REGIONS,
+                         addr_width=ADDR_WIDTH)
+    seen = set()
+
+    async def testbench(ctx):
+        for scenario in cases:
+            expected = expected_status(scenario, max_tables=MAX_TABLES, max_dim=MAX_DIM)
+            if expected["error"] not in CHECKER_ERRORS:  # the walker's business
+                expected = {"error": ErrorCode.NONE, "table": 0}
+            ctx.set(dut.command.as_value(), scenario.command_bits(ADDR_WIDTH))
+            ctx.set(dut.descriptors.as_value(), scenario.descriptor_bits(ADDR_WIDTH,
+                                                                         MAX_TABLES))
+            ctx.set(dut.regions.as_value(), scenario.region_bits(ADDR_WIDTH, REGIONS))
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            await ctx.tick().until(dut.status.done)
+            status = ctx.get(dut.status)
+            assert (status.error, status.table) == (expected["error"], expected["table"]), \
+                scenario.command()
+            seen.add(expected["error"])
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert seen >= CHECKER_ERRORS - {ErrorCode.BAD_OPCODE} | {ErrorCode.NONE}
+
+
+def _index_mutation(draw, scenario):
+    """One random change to offsets or indices."""
+    offsets, indices = scenario.offsets.copy(), scenario.indices.copy()
+    choice = int(draw.integers(5))
+    if choice == 0 or offsets.size < 2:
+        offsets[int(draw.integers(offsets.size))] += int(draw.integers(1, 5))
+    elif choice == 1:
+        e = int(draw.integers(1, offsets.size))
+        offsets[e] = max(int(offsets[e]) - int(draw.integers(1, 4)), 0)
+    elif choice == 2:
+        offsets[int(draw.integers(offsets.size))] = indices.size + int(draw.integers(1, 9))
+    elif indices.size:
+        indices[int(draw.integers(indices.size))] = 1_000 + int(draw.integers(9))
+    return corrupted(scenario, offsets=offsets, indices=indices)
+
+
+def _words(scenario, name):
+    address = scenario.addresses[name]
+    count = {"offsets": len(scenario.tables) * scenario.bags + 1,
+             "indices": len(scenario.indices), "weights": len(scenario.indices)}[name]
+    return np.frombuffer(bytes(scenario.image[address:address + 4 * count]),
+                         dtype=np.uint32).tolist()
+
+
+def _walk(scenario, mode, draw):
+    """One walk with randomly stalling inputs and output; return (status, occurrences)."""
+    dut = OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM, addr_width=ADDR_WIDTH)
+    stall = random.Random(int(draw.integers(1 << 30)))
+    occurrences, statuses = [], []
+
+    def feeder(name):
+        async def run(ctx):
+            stream = getattr(dut, name)
+            for word in _words(scenario, name):
+                ctx.set(stream.valid, 0)
+                while stall.random() < 0.3:
+                    await ctx.tick()
+                ctx.set(stream.payload, word)
+                ctx.set(stream.valid, 1)
+                while True:
+                    _, _, taken, finished = await ctx.tick().sample(stream.ready,
+                                                                    dut.status.done)
+                    if taken or finished:
+                        break
+            ctx.set(stream.valid, 0)
+        return run
+
+    async def control(ctx):
+        command = scenario.command()
+        ctx.set(dut.mode, mode)
+        ctx.set(dut.use_weights, PoolingMode.WEIGHTED in scenario.modes)
+        ctx.set(dut.bags, command["bags"])
+        ctx.set(dut.tables, command["tables"])
+        ctx.set(dut.num_indices, command["num_indices"])
+        ctx.set(dut.gradient, command["output"] >> 6)
+        ctx.set(dut.row_lines, sum(scenario.dims) // 16)
+        ctx.set(dut.descriptors.as_value(), scenario.descriptor_bits(ADDR_WIDTH, MAX_TABLES))
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        while True:
+            ctx.set(dut.o.ready, int(stall.random() < 0.7))
+            _, _, ready, valid, payload, finished = await ctx.tick().sample(
+                dut.o.ready, dut.o.valid, dut.o.payload, dut.status.done)
+            if ready and valid:
+                occurrences.append((payload.table, payload.row, payload.scale,
+                                    payload.lines, payload.gradient))
+            if finished and not ctx.get(dut.o.valid):
+                break
+        status = ctx.get(dut.status)
+        statuses.append((status.error, status.table, status.bag, status.position))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    feeders = ["offsets"]
+    if mode != WalkMode.OFFSETS:
+        feeders.append("indices")
+    if mode == WalkMode.UPDATE and PoolingMode.WEIGHTED in scenario.modes:
+        feeders.append("weights")
+    for name in feeders:
+        sim.add_process(feeder(name))
+    sim.add_testbench(control)
+    sim.run_until(20_000e-6)
+    assert statuses, "the walk did not finish"
+    return statuses[0], occurrences
+
+
+def _expected_occurrences(scenario):
+    result = []
+    columns = np.concatenate([[0], np.cumsum(scenario.dims)]) // 16
+    row_lines = sum(scenario.dims) // 16
+    for k in range(len(scenario.tables) * scenario.bags):
+        t, b = divmod(k, scenario.bags)
+        begin, end = int(scenario.offsets[k]), int(scenario.offsets[k + 1])
+        for p in range(begin, end):
+            mode = scenario.modes[t]
+            if mode == PoolingMode.WEIGHTED:
+                scale = int(scenario.weights[p:p + 1].view(np.uint32)[0])
+            elif mode == PoolingMode.MEAN:
+                scale = reciprocal_bits(end - begin)
+            else:
+                scale = 0x3F80_0000
+            gradient = (scenario.addresses["output"] >> 6) + b * row_lines + int(columns[t])
+            result.append((t, int(scenario.indices[p]), scale, scenario.dims[t] // 16,
+                           gradient))
+    return result
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_walker_reports_the_first_error_and_emits_occurrences(seed):
+    """Walks as the engine runs them (offsets, then indices, then update) stop at the first
+    problem in the documented order; a clean update walk emits every occurrence in TBE order
+    with its scale and gradient line."""
+    draw = np.random.default_rng(100 + seed)
+    for number in range(10):
+        scenario = _base(draw)
+        if number % 2:
+            scenario = _index_mutation(draw, scenario)
+        expected = expected_status(scenario, max_tables=MAX_TABLES, max_dim=MAX_DIM)
+        for mode in WalkMode:
+            status, occurrences = _walk(scenario, mode, draw)
+            if status[0] != ErrorCode.NONE:
+                break
+        assert status == (expected["error"], expected["table"], expected["bag"],
+                          expected["position"])
+        if expected["error"] == ErrorCode.NONE:
+            assert occurrences == _expected_occurrences(scenario)
