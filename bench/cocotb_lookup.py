@@ -16,7 +16,8 @@ from cocotb.triggers import ReadOnly, RisingEdge
 from hw.emb.layouts import LINE_BYTES, ErrorCode, Opcode, PoolingMode
 from sim.rtl import design_from_env
 from tb.common import reset, start_clock
-from tb.emb.harness import LookupCase, LookupDriver, golden, same_bits
+from tb.emb.cases import LookupCase, golden, same_bits
+from tb.emb.harness import LookupDriver
 
 
 async def backdoor_write(dut, first_line, payload: bytes):

@@ -31,6 +31,9 @@ TOPS: dict[str, Callable[[Preset], Design]] = {
     "fp_mul": lambda preset: Design("fp_mul", "hw.fp:FPMul", {}),
     "fp_lanes_add": _fp_lanes("add"),
     "fp_lanes_mul": _fp_lanes("mul"),
+    "emb_engine": lambda preset: Design("emb_engine", "hw.emb.engine:EmbeddingEngine", {
+        "max_tables": preset.num_tables, "max_dim": preset.dim}),
+    "cxl_frontend": lambda preset: Design("cxl_frontend", "hw.cxl.frontend:CxlMemFrontEnd", {}),
 }
 
 

@@ -27,7 +27,10 @@ __all__ = ["Build", "RunResult", "SimulationFailed", "build", "run"]
 WAIVER_FILE = Path(__file__).resolve().parent / "verilator" / "yosys_waivers.vlt"
 
 #: Speed over debuggability for the C++ model; X values do not exist in Amaranth designs.
-VERILATOR_ARGS = ["--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal", "-O3"]
+#: ALWNEVER is an error: Yosys can emit constant assignments as an `always @*` block that reads
+#: nothing, which Verilator never executes, so those bits would silently simulate as 0.
+VERILATOR_ARGS = ["--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal",
+                  "-Werror-ALWNEVER", "-O3"]
 
 
 class SimulationFailed(AssertionError):

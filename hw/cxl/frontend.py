@@ -35,6 +35,7 @@ Protection. Up to ``num_protected`` DPA ranges (log, snapshot, metadata) are clo
 host: a read that touches one gets MemData-NXM, a write is dropped (Cmp), and the sticky
 ``protection`` flag and a counter record it, unless ``debug_unlock`` is high when the request
 reaches dispatch. NXM takes precedence over protection, protection over poisoned data.
+MemInv carries no data and is never refused.
 
 Ordering. Per 64-byte line (by DPA), the front end performs accesses in the order it accepts
 them: a read or MemInv waits while an earlier-accepted write to its line is in flight, and a
@@ -77,7 +78,7 @@ from .messages import (
     struct_value,
 )
 
-__all__ = ["COUNTERS", "CxlMemFrontEnd", "ERRORS", "protected_region_layout", "status_layout"]
+__all__ = ["COUNTERS", "ERRORS", "CxlMemFrontEnd", "protected_region_layout", "status_layout"]
 
 LINE_SHIFT = 6
 COUNTER_WIDTH = 32

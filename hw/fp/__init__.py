@@ -1,8 +1,13 @@
 """Pipelined IEEE-754 binary32 arithmetic: round to nearest even, subnormals kept.
 
-:class:`FPAdd` and :class:`FPMul` are single units; :class:`FPLanes` puts several side by side
-behind one stream (16 lanes of binary32 fill a 64-byte line). All are valid-only pipelines
-that accept one operation per cycle and expose their depth as ``latency``.
+:class:`FPAdd` (``a + b`` or ``a - b``) and :class:`FPMul` are single units; :class:`FPLanes`
+puts several side by side behind one stream (16 lanes of binary32 fill a 64-byte line). All
+are valid-only pipelines that accept one operation per cycle and expose their depth as
+``latency``; ``stages`` (keyword-only) trades depth for clock speed, and each unit's ``CUTS``
+table documents which datapath boundaries are registered at every depth.
+
+Non-NaN results are bit-identical to NumPy ``float32`` arithmetic; every NaN result is
+:data:`QUIET_NAN`. ``tb.fp.vectors`` has the matching directed and random test vectors.
 """
 
 from .add import ADD_OPERANDS, FPAdd

@@ -33,7 +33,7 @@ class _Reads(AxiRamRead):
             cocotb.start_soon(self._answer(int(ar.arid), int(ar.araddr)))
 
     async def _answer(self, rid, address):
-        await self._owner._delay()
+        await self._owner._delay(self._owner.read_latency)
         r = self.r_channel._transaction_obj()
         r.rid, r.rlast = rid, 1
         r.rresp = self._owner.response_for(address)
@@ -59,7 +59,7 @@ class _Writes(AxiRamWrite):
                                            int(w.wstrb)))
 
     async def _answer(self, bid, address, data, strobe):
-        await self._owner._delay()
+        await self._owner._delay(self._owner.write_latency)
         b = self.b_channel._transaction_obj()
         b.bid = bid
         b.bresp = self._owner.response_for(address)
@@ -76,15 +76,15 @@ class _Writes(AxiRamWrite):
 
 
 class OutOfOrderAxiRam(Memory):
-    """``AxiRam`` look-alike: ``latency`` is a (min, max) range of cycles per request,
-    ``seed`` fixes the draws; ``error_ranges`` is a list of ``(start, end, AxiResp)``.
-    ``set_pause_generator`` stalls all five channels with one generator factory."""
+    """``AxiRam`` look-alike: ``latency`` is a (min, max) range of cycles per request (the
+    attributes ``read_latency`` and ``write_latency`` may be changed between requests),
+    ``seed`` fixes the draws; ``error_ranges`` is a list of ``(start, end, AxiResp)``."""
 
     def __init__(self, bus, clock, reset=None, *, size=2**48, latency=(1, 16), seed=0,
                  error_ranges=()):
         super().__init__(size)
         self.clock = clock
-        self.latency = latency
+        self.read_latency = self.write_latency = latency
         self.error_ranges = list(error_ranges)
         self.writes = 0
         self._draw = random.Random(seed)
@@ -104,8 +104,8 @@ class OutOfOrderAxiRam(Memory):
                 return response
         return AxiResp.OKAY
 
-    async def _delay(self):
-        cycles = self._draw.randint(*self.latency)
+    async def _delay(self, latency):
+        cycles = self._draw.randint(*latency)
         if cycles:
             await ClockCycles(self.clock, cycles)
 

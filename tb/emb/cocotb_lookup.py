@@ -245,20 +245,20 @@ async def bus_errors(dut):
     placement = bench.place(case)
     memory = bench.memory
 
+    bus_error = {"error": ErrorCode.BUS_ERROR, "table": 0, "bag": 0, "position": 0}
     memory.read_poison.add(placement.indices // LINE_BYTES)
-    await expect_error(bench, case, {"error": ErrorCode.BUS_ERROR}, label="index read",
-                       placement=placement)
+    await expect_error(bench, case, bus_error, label="index read", placement=placement)
     memory.read_poison.clear()
 
     row = int(case.indices[-1])
     memory.read_poison.add((placement.table_base[2] + row * 64 * 4) // LINE_BYTES)
-    await expect_error(bench, case, {"error": ErrorCode.BUS_ERROR}, label="row read",
-                       placement=placement, untouched=False)
+    await expect_error(bench, case, bus_error, label="row read", placement=placement,
+                       untouched=False)
     memory.read_poison.clear()
 
     memory.write_poison.add(placement.output // LINE_BYTES + 1)
-    await expect_error(bench, case, {"error": ErrorCode.BUS_ERROR}, label="output write",
-                       placement=placement, untouched=False)
+    await expect_error(bench, case, bus_error, label="output write", placement=placement,
+                       untouched=False)
     memory.write_poison.clear()
     await bench.lookup_and_compare(case, "after bus errors")
 

@@ -18,8 +18,6 @@ from hw.cxl.messages import (
     S2M_DRS,
     S2M_NDR,
     DRSOpcode,
-    M2SReqOpcode,
-    M2SRwDOpcode,
     MetaField,
     MetaValue,
     NDROpcode,
@@ -132,8 +130,3 @@ def parse_drs(bits: int) -> DrsResponse:
     return DrsResponse(_enum(DRSOpcode, h["opcode"]), h["tag"], h["ld_id"], h["dev_load"],
                        bool(h["poison"]), f["data"].to_bytes(LINE_BYTES, "little"),
                        h["meta_field"], h["meta_value"], h["valid"])
-
-
-# Re-exported for callers that build raw messages.
-REQ_OPCODES = M2SReqOpcode
-RWD_OPCODES = M2SRwDOpcode

@@ -1,0 +1,141 @@
+# amaranth: UnusedElaboratable=no
+"""A whole LookupEngine in Amaranth's simulator: a quick end-to-end check that needs no
+Verilator (the thorough tests are the cocotb ones in ``tb/emb``)."""
+
+import numpy as np
+from amaranth.lib import data
+from amaranth.sim import Simulator
+
+from hw.emb.layouts import (
+    ErrorCode,
+    Opcode,
+    PoolingMode,
+    command_layout,
+    region_layout,
+    table_layout,
+)
+from hw.emb.lookup import LookupEngine
+from tb.emb.cases import LookupCase, Placement, golden, random_case, same_bits
+
+AW = 32
+PARAMS = dict(max_tables=4, max_dim=64, num_regions=2, addr_width=AW, id_width=6,
+              outstanding_reads=16, index_buffer_depth=32, offset_buffer_depth=32,
+              output_buffer_depth=8, bag_slots=8)
+
+
+class Memory:
+    """Byte-addressed sparse memory with an AXI behaviour model: reads answered after a few
+    cycles, newest request first whenever several wait (out of order across IDs)."""
+
+    def __init__(self):
+        self.bytes = {}
+
+    def write(self, address, payload):
+        for k, value in enumerate(payload):
+            self.bytes[address + k] = value
+
+    def read(self, address, length):
+        return bytes(self.bytes.get(address + k, 0) for k in range(length))
+
+
+def run_commands(engine, memory, commands, tables, regions):
+    statuses = []
+
+    async def testbench(ctx):
+        axi = engine.axi
+        ctx.set(engine.regions, data.ArrayLayout(region_layout(AW), 2).const(regions))
+        ctx.set(engine.done.ready, 1)
+        ctx.set(axi.arready, 1)
+        ctx.set(axi.awready, 1)
+        ctx.set(axi.wready, 1)
+        waiting, addresses, beats, acks = [], [], [], 0
+        for command, table_entries in zip(commands, tables, strict=True):
+            ctx.set(engine.tables, data.ArrayLayout(table_layout(AW), 4).const(
+                table_entries + [{}] * (4 - len(table_entries))))
+            ctx.set(engine.cmd.payload, command_layout(AW).const(command))
+            ctx.set(engine.cmd.valid, 1)
+            for cycle in range(20_000):
+                sampled = await ctx.tick().sample(
+                    engine.cmd.ready, axi.arvalid, axi.arid, axi.araddr, axi.awvalid,
+                    axi.awaddr, axi.wvalid, axi.wdata, engine.done.valid, engine.done.payload)
+                (cmd_ready, ar_valid, ar_id, ar_addr, aw_valid, aw_addr, w_valid, w_data,
+                 done_valid, done_payload) = sampled[2:]
+                if cmd_ready:
+                    ctx.set(engine.cmd.valid, 0)
+                if ar_valid:
+                    waiting.append((cycle + 4, ar_id, ar_addr))
+                if aw_valid:
+                    addresses.append(aw_addr)
+                if w_valid:
+                    beats.append(w_data)
+                while addresses and beats:
+                    memory.write(addresses.pop(0), beats.pop(0).to_bytes(64, "little"))
+                    acks += 1
+                ctx.set(axi.bvalid, acks > 0)
+                acks = max(0, acks - 1)
+                ready = [w for w in waiting if w[0] <= cycle]
+                ctx.set(axi.rvalid, bool(ready))
+                if ready:
+                    _, ident, address = ready[-1]  # the newest first: out of order
+                    waiting.remove(ready[-1])
+                    ctx.set(axi.rid, ident)
+                    ctx.set(axi.rdata, int.from_bytes(memory.read(address, 64), "little"))
+                    ctx.set(axi.rresp, 0)
+                if done_valid:
+                    statuses.append(done_payload)
+                    break
+
+    sim = Simulator(engine)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    return statuses
+
+
+def test_lookup_end_to_end_in_pysim():
+    rng = np.random.default_rng(3)
+
+    def draw(predicate, **shape):
+        while not predicate(case := random_case(rng, **shape)):
+            pass
+        return case
+
+    # Several modes and dims; its last table has indices (the error case below uses it).
+    case = draw(lambda c: c.offsets[-1] > c.offsets[-1 - c.bags], max_tables=3,
+                dims=(16, 32, 64), max_bags=3, max_bag=5, max_rows=9, specials=True)
+    # Bigger than the 32-entry windows: the two-pass flow.
+    big = draw(lambda c: c.indices.size > 32, max_tables=2, dims=(16,), max_bags=6,
+               max_bag=12, max_rows=9, modes=[PoolingMode.MEAN])
+    bad = LookupCase(case.tables, case.modes, case.bags, case.indices.copy(),
+                     case.offsets, case.weights)
+    bad.indices[-1] = case.tables[-1].shape[0]
+    memory = Memory()
+    regions = [{"base": 0x1000_0000, "size": 0x10_0000, "enable": 1},
+               {"base": 0x2000_0000, "size": 0x10_0000, "enable": 1}]
+    commands, tables, placements = [], [], []
+    for k, item in enumerate((case, big, bad)):
+        placement = Placement.lay_out(item, table_region=0x1000_0000 + k * 0x1_0000,
+                                      buffer_region=0x2000_0000 + k * 0x1_0000)
+        for table, base in zip(item.tables, placement.table_base, strict=True):
+            memory.write(base, table.tobytes())
+        memory.write(placement.indices, item.indices.tobytes())
+        memory.write(placement.offsets, item.offsets.tobytes())
+        memory.write(placement.weights, item.weights.tobytes())
+        commands.append({"opcode": Opcode.LOOKUP, "batch": k, "bags": item.bags,
+                         "tables": len(item.tables), "num_indices": item.indices.size,
+                         "indices": placement.indices, "offsets": placement.offsets,
+                         "weights": placement.weights, "output": placement.output})
+        tables.append([{"base": base, "rows": t.shape[0], "dim": t.shape[1], "mode": mode}
+                       for t, mode, base in zip(item.tables, item.modes,
+                                                placement.table_base, strict=True)])
+        placements.append(placement)
+    statuses = run_commands(LookupEngine(**PARAMS), memory, commands, tables, regions)
+    assert [s.error for s in statuses] == [ErrorCode.NONE, ErrorCode.NONE,
+                                           ErrorCode.INDEX_OUT_OF_RANGE]
+    assert statuses[2].position == case.indices.size - 1
+    for item, placement in zip((case, big), placements, strict=False):
+        raw = memory.read(placement.output, placement.output_bytes)
+        got = np.frombuffer(raw, dtype=np.float32).reshape(item.bags, item.row_floats)
+        assert same_bits(got, golden(item)).all()
+    untouched = memory.read(placements[2].output, placements[2].output_bytes)
+    assert untouched == bytes(placements[2].output_bytes)
