@@ -30,6 +30,10 @@ class Opcode(enum.Enum, shape=4):
     NOP = 0
     LOOKUP = 1   # gather + pool into ``output``
     UPDATE = 2   # sparse SGD from the gradient at ``output`` (coalesced, DESIGN.md section 3)
+    # Handled by the checkpoint engine (hw/ckpt), which sits in front of the embedding engine;
+    # the embedding engine alone answers them with BAD_OPCODE.
+    SNAPSHOT = 3  # seal MLP snapshot slot (batch // K) % 2 with its completion record
+    RECOVER = 4   # roll back an uncommitted batch from the undo log; report batch numbers
 
 
 class PoolingMode(enum.Enum, shape=2):
