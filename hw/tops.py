@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from hw.device import device_params
 from sim.rtl import BUILD_ROOT, Design, emit
 from sw_model.presets import PRESETS, Preset, get_preset
 
@@ -34,6 +35,9 @@ TOPS: dict[str, Callable[[Preset], Design]] = {
     "emb_engine": lambda preset: Design("emb_engine", "hw.emb.engine:EmbeddingEngine", {
         "max_tables": preset.num_tables, "max_dim": preset.dim}),
     "cxl_frontend": lambda preset: Design("cxl_frontend", "hw.cxl.frontend:CxlMemFrontEnd", {}),
+    # The whole device as the demo and tb/device run it (tb/device/system.py adds memory).
+    "device": lambda preset: Design("device", "hw.device:TrainingCxlDevice",
+                                    device_params(preset)),
 }
 
 

@@ -14,6 +14,7 @@ import os
 import random
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,29 +74,54 @@ def _runner():
     return get_runner("verilator")
 
 
-def build(design: rtl.Design, *, waves: bool = False) -> Build:
-    """Emit and compile ``design``; reuse the previous build when nothing changed."""
+def _extra_sources(extra_sources: Iterable[str | os.PathLike] | None) -> list[Path]:
+    """The additional Verilog (or ``.vlt``) files of a build, as resolved paths; order kept."""
+    paths = [Path(source).resolve() for source in extra_sources or ()]
+    missing = [str(path) for path in paths if not path.is_file()]
+    if missing:
+        raise FileNotFoundError(f"extra source files not found: {', '.join(missing)}")
+    return paths
+
+
+def build(design: rtl.Design, *, waves: bool = False,
+          extra_sources: Iterable[str | os.PathLike] | None = None) -> Build:
+    """Emit and compile ``design``; reuse the previous build when nothing changed.
+
+    ``extra_sources`` are additional files handed to Verilator before the design's Verilog,
+    for example behavioural models of vendor cells the design instantiates and their ``.vlt``
+    waivers. A build with extra sources gets its own directory (keyed on their paths), and
+    their contents are part of the rebuild check.
+    """
     trace = _trace_format(waves)
-    directory = rtl.BUILD_ROOT / "sim" / design.name / (design.key + (f"-{trace}" if trace else ""))
+    extra = _extra_sources(extra_sources)
+    key = design.key
+    if extra:
+        key += "-x" + hashlib.sha256(
+            json.dumps([str(path) for path in extra]).encode()).hexdigest()[:8]
+    directory = rtl.BUILD_ROOT / "sim" / design.name / (key + (f"-{trace}" if trace else ""))
     verilog_path, sidecar_path = rtl.emit(design, directory / "rtl")
     build_args = list(VERILATOR_ARGS)
     if trace == "fst":
         build_args += ["--trace-fst", "--trace-structs"]
-    stamp = hashlib.sha256(json.dumps({
+    inputs = {
         "verilog": hashlib.sha256(verilog_path.read_bytes()).hexdigest(),
         "waivers": hashlib.sha256(WAIVER_FILE.read_bytes()).hexdigest(),
         "args": build_args,
         "trace": trace,
         "cxxflags": tools.verilator_env().get("CXXFLAGS", ""),
         "verilator": tools.verilator_version(tools.verilator_env().get("PATH")),
-    }, sort_keys=True).encode()).hexdigest()
+    }
+    if extra:  # absent otherwise, so builds without extra sources keep their stamps
+        inputs["extra_sources"] = {str(path): hashlib.sha256(path.read_bytes()).hexdigest()
+                                   for path in extra}
+    stamp = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
     obj_dir = directory / "obj"
     stamp_file = obj_dir / "trainingcxl.stamp"
     if not ((obj_dir / design.name).exists() and stamp_file.exists()
             and stamp_file.read_text() == stamp):
         runner = _runner()
         runner.build(
-            sources=[WAIVER_FILE, verilog_path],
+            sources=[WAIVER_FILE, *extra, verilog_path],
             hdl_toplevel=design.name,
             build_dir=obj_dir,
             build_args=build_args,
@@ -121,16 +147,18 @@ def _count_results(results_xml: Path) -> tuple[int, int, list[str]]:
 
 def run(design: rtl.Design, test_module: str, *, testcase: str | None = None,
         test_filter: str | None = None, seed: int | None = None, waves: bool = False,
-        extra_env: dict[str, str] | None = None, run_name: str | None = None) -> RunResult:
+        extra_env: dict[str, str] | None = None, run_name: str | None = None,
+        extra_sources: Iterable[str | os.PathLike] | None = None) -> RunResult:
     """Build ``design`` (or reuse its build) and run the cocotb tests in ``test_module``.
 
     ``seed`` defaults to ``$TRAININGCXL_SEED`` or a fresh random one; it is printed and
-    appears in the failure message with the way to repeat the run.
+    appears in the failure message with the way to repeat the run. ``extra_sources`` are
+    passed on to :func:`build`.
     """
     if seed is None:
         seed = int(os.environ.get("TRAININGCXL_SEED", random.randrange(2**31)))
     waves = waves or os.environ.get("WAVES", "") not in ("", "0")
-    built = build(design, waves=waves)
+    built = build(design, waves=waves, extra_sources=extra_sources)
     run_dir = built.directory / "runs" / (run_name or test_module.rsplit(".", 1)[-1])
     run_dir.mkdir(parents=True, exist_ok=True)
     results_xml = run_dir / "results.xml"

@@ -18,12 +18,15 @@ from amaranth.lib import data
 
 __all__ = [
     "BINARY32",
+    "DSP_MAPPINGS",
     "INFINITY",
     "QUIET_NAN",
     "UNPACKED",
     "Pipeline",
+    "check_dsp",
     "check_stages",
     "delay",
+    "is_ecp5_platform",
     "leading_zeros",
     "lost_bits_mask",
     "round_and_pack",
@@ -68,6 +71,30 @@ def check_stages(stages, *, default, maximum):
     if not 0 <= stages <= maximum:
         raise ValueError(f"Pipeline stages must be between 0 and {maximum}, not {stages!r}")
     return stages
+
+
+#: Values of the ``dsp`` parameter of the multiplying units: how the significand product is
+#: mapped. ``None`` (automatic) chooses ``"ecp5"`` when elaborated for a Lattice ECP5 platform.
+DSP_MAPPINGS = (None, "ecp5", "generic")
+
+
+def check_dsp(dsp):
+    """Validate a ``dsp`` constructor argument (one of :data:`DSP_MAPPINGS`) and return it."""
+    if dsp is not None and not isinstance(dsp, str):
+        raise TypeError(f"DSP mapping must be None or a string, not {dsp!r}")
+    if dsp not in DSP_MAPPINGS:
+        raise ValueError(f"DSP mapping must be None, 'ecp5' or 'generic', not {dsp!r}")
+    return dsp
+
+
+def is_ecp5_platform(platform) -> bool:
+    """Whether ``platform`` is an Amaranth Lattice platform for an ECP5 device."""
+    if platform is None:
+        return False
+    # Imported here: amaranth.vendor resolves its platforms lazily, and most elaborations
+    # (simulation, Verilog for Verilator) have no platform at all.
+    from amaranth.vendor import LatticePlatform
+    return isinstance(platform, LatticePlatform) and platform.family == "ecp5"
 
 
 def wire(m: Module, value, *, name: str) -> Signal:
@@ -199,6 +226,7 @@ class Pipeline:
         unknown = set(cuts) - set(boundaries)
         assert not unknown, f"unknown boundaries {sorted(unknown)}"
         self._m = m
+        self._boundaries = tuple(boundaries)
         self._pending = list(boundaries)
         self._cuts = frozenset(cuts)
         self.latency = 0
@@ -219,6 +247,13 @@ class Pipeline:
             domain += signal.eq(value)
             signals[key] = signal
         return SimpleNamespace(**signals)
+
+    def is_cut(self, name: str) -> bool:
+        """Whether boundary ``name`` is registered. A unit that registers some values of a
+        boundary elsewhere (for example inside a hard multiplier) asks this, and passes only
+        the remaining values to :meth:`boundary`, which still counts the stage."""
+        assert name in self._boundaries, f"unknown boundary {name!r}"
+        return name in self._cuts
 
     def finish(self):
         assert not self._pending, f"boundaries never visited: {self._pending}"

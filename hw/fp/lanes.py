@@ -5,7 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .add import FPAdd
-from .common import check_stages, delay
+from .common import check_dsp, check_stages, delay
 from .mul import FPMul
 
 __all__ = ["FPLanes"]
@@ -32,6 +32,10 @@ class FPLanes(wiring.Component):
     tag_width : int
         Width of a user tag carried alongside the operands and returned with the results
         (for example a row slot). 0, the default, leaves the payloads without a tag.
+    dsp : ``"ecp5"``, ``"generic"`` or None
+        For ``op="mul"``: how each :class:`FPMul` builds its partial products (see there);
+        ``None``, the default, decides by the platform. The adder has no multipliers, so
+        ``op="add"`` takes only ``None``.
 
     Members
     -------
@@ -45,12 +49,14 @@ class FPLanes(wiring.Component):
     Raises
     ------
     TypeError
-        If ``lanes``, ``stages`` or ``tag_width`` is not an integer.
+        If ``lanes``, ``stages`` or ``tag_width`` is not an integer, or ``dsp`` is not
+        ``None`` or a string.
     ValueError
-        If ``op`` is unknown or ``lanes``, ``stages`` or ``tag_width`` is out of range.
+        If ``op`` is unknown, ``lanes``, ``stages`` or ``tag_width`` is out of range, or
+        ``dsp`` is not a mapping of :class:`FPMul` (or not ``None`` for ``op="add"``).
     """
 
-    def __init__(self, *, op, lanes=16, stages=None, tag_width=0):
+    def __init__(self, *, op, lanes=16, stages=None, tag_width=0, dsp=None):
         if op not in _UNITS:
             raise ValueError(f"Operation must be 'add' or 'mul', not {op!r}")
         if not isinstance(lanes, int) or isinstance(lanes, bool):
@@ -61,8 +67,12 @@ class FPLanes(wiring.Component):
             raise TypeError(f"Tag width must be an integer, not {tag_width!r}")
         if tag_width < 0:
             raise ValueError(f"Tag width must be at least 0, not {tag_width!r}")
+        check_dsp(dsp)
+        if op != "mul" and dsp is not None:
+            raise ValueError(f"DSP mapping applies only to op='mul', not {op!r}")
         unit = _UNITS[op]
         self._op = op
+        self._dsp = dsp
         self._lanes = lanes
         self._tag_width = tag_width
         self._stages = check_stages(stages, default=unit.DEFAULT_STAGES,
@@ -95,6 +105,12 @@ class FPLanes(wiring.Component):
         return self._tag_width
 
     @property
+    def dsp(self):
+        """The partial-product mapping passed to every :class:`FPMul` lane (``None`` for
+        automatic, and always for ``op="add"``)."""
+        return self._dsp
+
+    @property
     def latency(self):
         """Cycles from ``i.valid`` to the matching ``o.valid``; equal to the register stages."""
         return self._stages
@@ -104,7 +120,9 @@ class FPLanes(wiring.Component):
         results = self.o.payload.result if self._tag_width else self.o.payload
         units = []
         for index in range(self._lanes):
-            unit = m.submodules[f"lane_{index}"] = _UNITS[self._op](stages=self._stages)
+            options = {"dsp": self._dsp} if self._op == "mul" else {}
+            unit = m.submodules[f"lane_{index}"] = _UNITS[self._op](stages=self._stages,
+                                                                   **options)
             units.append(unit)
             m.d.comb += [
                 unit.i.valid.eq(self.i.valid),

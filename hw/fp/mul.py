@@ -1,13 +1,17 @@
 """Pipelined binary32 multiplier."""
 
-from amaranth.hdl import Cat, Module, Mux, unsigned
+from types import SimpleNamespace
+
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .common import (
     Pipeline,
+    check_dsp,
     check_stages,
     delay,
+    is_ecp5_platform,
     leading_zeros,
     lost_bits_mask,
     round_and_pack,
@@ -25,6 +29,9 @@ MUL_OPERANDS = data.StructLayout({"a": 32, "b": 32})
 # ECP5 MULT18X18D, and registering them (the ``multiply`` boundary) keeps the slow DSP path
 # and the adder tree that recombines them in different stages.
 _HALF = 12
+# Operand and product widths of the ECP5 MULT18X18D.
+_DSP_OPERAND = 18
+_DSP_PRODUCT = 36
 # The product reduced for rounding: 24 significand bits, guard, round and a sticky bit.
 _REDUCED_WIDTH = 27
 
@@ -56,11 +63,27 @@ class FPMul(wiring.Component):
     ``output``       round to nearest even, substitute infinity/NaN, pack
     ================ ============================================================================
 
+    The partial products either use Amaranth's ``*`` (``dsp="generic"``: any target; Yosys
+    maps each to a MULT18X18D on ECP5, but without its registers, so the multiplier's 3.9 ns
+    plus the routing to and from the DSP blocks lands in one fabric-to-fabric stage) or
+    instantiate ``MULT18X18D`` directly (``dsp="ecp5"``) with the DSP block's own registers:
+    its input registers hold the ``prenormalize`` significands and its output register is the
+    ``multiply`` boundary, whenever the depth cuts there. The registers move, their number
+    does not, so both mappings have the same :attr:`latency` and :attr:`cuts` at every depth;
+    the routing into and out of the DSP blocks then falls into the ``prenormalize`` and
+    ``product`` stages, next to short fabric logic.
+
     Parameters
     ----------
     stages : int or None
         Number of register stages, from 0 (combinational) to 7; ``None`` selects
         :data:`DEFAULT_STAGES` (7). Stage ``k`` registers the boundaries ``CUTS[k]``.
+    dsp : ``"ecp5"``, ``"generic"`` or None
+        How the partial products are built (see above). ``None``, the default, chooses
+        ``"ecp5"`` when elaborated for an ECP5 :class:`~amaranth.vendor.LatticePlatform` and
+        ``"generic"`` otherwise (simulation, Verilog without a platform, other FPGAs).
+        ``"ecp5"`` needs a model of ``MULT18X18D`` to simulate: the Amaranth simulator has
+        none; ``tb/fp/ecp5_mult18x18d.v`` serves Verilator.
 
     Members
     -------
@@ -72,9 +95,9 @@ class FPMul(wiring.Component):
     Raises
     ------
     TypeError
-        If ``stages`` is not ``None`` or an integer.
+        If ``stages`` is not ``None`` or an integer, or ``dsp`` is not ``None`` or a string.
     ValueError
-        If ``stages`` is out of range.
+        If ``stages`` is out of range or ``dsp`` is not one of the mappings above.
     """
 
     BOUNDARIES = ("classify", "prenormalize", "multiply", "product", "normalize", "denormalize",
@@ -99,9 +122,10 @@ class FPMul(wiring.Component):
     #: (registers in fabric on both sides); every other stage is faster than 150 MHz.
     DEFAULT_STAGES = 7
 
-    def __init__(self, *, stages=None):
+    def __init__(self, *, stages=None, dsp=None):
         self._stages = check_stages(stages, default=self.DEFAULT_STAGES,
                                     maximum=len(self.CUTS) - 1)
+        self._dsp = check_dsp(dsp)
         super().__init__({
             "i": In(stream.Signature(MUL_OPERANDS, always_ready=True)),
             "o": Out(stream.Signature(unsigned(32), always_ready=True)),
@@ -117,9 +141,22 @@ class FPMul(wiring.Component):
         """The register boundaries used at this depth, in datapath order."""
         return self.CUTS[self._stages]
 
+    @property
+    def dsp(self):
+        """The requested partial-product mapping: ``"ecp5"``, ``"generic"`` or ``None``
+        (automatic, decided by the platform at elaboration; see :meth:`dsp_for`)."""
+        return self._dsp
+
+    def dsp_for(self, platform):
+        """The mapping used when elaborating for ``platform``: ``"ecp5"`` or ``"generic"``."""
+        if self._dsp is not None:
+            return self._dsp
+        return "ecp5" if is_ecp5_platform(platform) else "generic"
+
     def elaborate(self, platform):
         m = Module()
         pipe = Pipeline(m, boundaries=self.BOUNDARIES, cuts=self.cuts)
+        ecp5 = self.dsp_for(platform) == "ecp5"
 
         # classify: a subnormal significand is its fraction shifted left by one (see
         # UNPACKED), so its leading zeros are those of the 23-bit fraction, counted straight
@@ -141,35 +178,54 @@ class FPMul(wiring.Component):
         # prenormalize: after the shift each nonzero significand is in [2**23, 2**24), so a
         # nonzero product is in [2**46, 2**48). A zero operand stays zero and gives a zero
         # product (its exponent is then low enough never to signal overflow).
-        s = pipe.boundary(
-            "prenormalize",
-            a_significand=(s.a_significand << s.a_zeros)[:24],
-            b_significand=(s.b_significand << s.b_zeros)[:24],
+        a_significand = (s.a_significand << s.a_zeros)[:24]
+        b_significand = (s.b_significand << s.b_zeros)[:24]
+        fields = dict(
             zeros=s.a_zeros + s.b_zeros,
             biased_exponent_sum=s.exponent_sum - 126,
             sign=s.sign, is_inf=s.is_inf, is_nan=s.is_nan,
         )
+        if ecp5:
+            # The DSP blocks' input registers hold the significands (when this is a cut).
+            a_significand = wire(m, a_significand, name="prenormalize_a_significand")
+            b_significand = wire(m, b_significand, name="prenormalize_b_significand")
+            s = pipe.boundary("prenormalize", **fields)
+        else:
+            s = pipe.boundary("prenormalize", a_significand=a_significand,
+                              b_significand=b_significand, **fields)
+            a_significand, b_significand = s.a_significand, s.b_significand
 
         # multiply: a * b = (ah*2**12 + al) * (bh*2**12 + bl). In parallel, the biased result
         # exponent for a product whose leading one is in bit 47:
         # (ea - za) + (eb - zb) - 126, with value = significand * 2**(exponent - 150).
-        a_low, a_high = s.a_significand[:_HALF], s.a_significand[_HALF:]
-        b_low, b_high = s.b_significand[:_HALF], s.b_significand[_HALF:]
-        s = pipe.boundary(
-            "multiply",
-            low_low=a_low * b_low, low_high=a_low * b_high,
-            high_low=a_high * b_low, high_high=a_high * b_high,
+        a_low, a_high = a_significand[:_HALF], a_significand[_HALF:]
+        b_low, b_high = b_significand[:_HALF], b_significand[_HALF:]
+        factors = {"low_low": (a_low, b_low), "low_high": (a_low, b_high),
+                   "high_low": (a_high, b_low), "high_high": (a_high, b_high)}
+        fields = dict(
             exponent=s.biased_exponent_sum - s.zeros,
             sign=s.sign, is_inf=s.is_inf, is_nan=s.is_nan,
         )
+        if ecp5:
+            # The DSP blocks' output registers are the boundary (when it is a cut).
+            partial = SimpleNamespace(**{
+                key: _ecp5_product(m, x, y, name=f"multiply_{key}",
+                                   register_inputs=pipe.is_cut("prenormalize"),
+                                   register_output=pipe.is_cut("multiply"))
+                for key, (x, y) in factors.items()})
+            s = pipe.boundary("multiply", **fields)
+        else:
+            s = pipe.boundary("multiply", **{key: x * y for key, (x, y) in factors.items()},
+                              **fields)
+            partial = s
 
         # product: low_low and high_high do not overlap, so concatenated they are one operand;
         # a carry-save step folds in the two cross terms and leaves a single carry chain.
         # In parallel, everything normalization needs for both positions of the leading one
         # (bit 47, or bit 46 and one more left shift): exponent, underflow shift, overflow.
-        outer = Cat(s.low_low, s.high_high)
-        low_high = s.low_high << _HALF
-        high_low = s.high_low << _HALF
+        outer = Cat(partial.low_low, partial.high_high)
+        low_high = partial.low_high << _HALF
+        high_low = partial.high_low << _HALF
         carry_save_sum = outer ^ low_high ^ high_low
         carry_save_carry = (outer & low_high) | (outer & high_low) | (low_high & high_low)
         product = (carry_save_sum + (carry_save_carry << 1))[:48]
@@ -224,6 +280,38 @@ class FPMul(wiring.Component):
             self.o.valid.eq(delay(m, self.i.valid, self.latency, name="valid")),
         ]
         return m
+
+
+def _ecp5_product(m, a, b, *, name, register_inputs, register_output):
+    """The unsigned product ``a * b`` (each at most 18 bits) from one ECP5 ``MULT18X18D``,
+    with its input registers (both operands) and output register enabled as asked, all on
+    the ``sync`` clock, always enabled and never reset; the pipeline register stays off.
+    Returns the ``len(a) + len(b)`` low bits of the product as a signal named ``name``."""
+    assert len(a) <= _DSP_OPERAND and len(b) <= _DSP_OPERAND
+    product = Signal(_DSP_PRODUCT, name=f"{name}_p")
+    clock = "CLK0" if register_inputs else "NONE"
+    ports = {
+        **{f"i_A{k}": a[k] if k < len(a) else Const(0, 1) for k in range(_DSP_OPERAND)},
+        **{f"i_B{k}": b[k] if k < len(b) else Const(0, 1) for k in range(_DSP_OPERAND)},
+        **{f"i_C{k}": Const(0, 1) for k in range(_DSP_OPERAND)},
+        **{f"o_P{k}": product[k] for k in range(_DSP_PRODUCT)},
+    }
+    m.submodules[name] = Instance(
+        "MULT18X18D",
+        p_REG_INPUTA_CLK=clock, p_REG_INPUTA_CE="CE0", p_REG_INPUTA_RST="RST0",
+        p_REG_INPUTB_CLK=clock, p_REG_INPUTB_CE="CE0", p_REG_INPUTB_RST="RST0",
+        p_REG_INPUTC_CLK="NONE",
+        p_REG_PIPELINE_CLK="NONE",
+        p_REG_OUTPUT_CLK="CLK0" if register_output else "NONE",
+        p_REG_OUTPUT_CE="CE0", p_REG_OUTPUT_RST="RST0",
+        p_GSR="DISABLED", p_RESETMODE="SYNC", p_MULT_BYPASS="DISABLED",
+        p_SOURCEB_MODE="B_SHIFT", p_CAS_MATCH_REG="FALSE",
+        i_SIGNEDA=Const(0, 1), i_SIGNEDB=Const(0, 1),
+        i_SOURCEA=Const(0, 1), i_SOURCEB=Const(0, 1),
+        i_CLK0=ClockSignal("sync"), i_CE0=Const(1, 1), i_RST0=Const(0, 1),
+        **ports,
+    )
+    return wire(m, product[:len(a) + len(b)], name=name)
 
 
 def _underflow_shift(amount):

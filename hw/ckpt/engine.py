@@ -1,0 +1,980 @@
+"""The checkpoint engine: batch-aware undo logging, batch flags, commit records, MLP snapshot
+records, recovery and GPF drain, between the command source and the embedding engine.
+
+::
+
+    cmd/done  ->  CheckpointEngine  ->  engine_cmd/engine_done  ->  EmbeddingEngine
+                      |  ^ engine_axi  <------------------------------ its AXI port
+                      v  |
+                     axi  -> memory (the engine's traffic + log, flags, records, restores)
+
+Persistent layout: :mod:`hw.ckpt.layouts`. Pieces: :class:`~hw.ckpt.tap.LookupTap` (log entries
+from the lookup's own reads), :class:`~hw.ckpt.log_writer.LogWriter` (groups in a log area),
+:class:`~hw.ckpt.join.AxiJoin` (one memory port, the write gate, completion counters).
+
+Ordering (DESIGN.md section 4, after PMDK)
+------------------------------------------
+A batch N runs LOOKUP(N), UPDATE(N), then possibly SNAPSHOT(N):
+
+* LOOKUP(N) (N must be last committed + 1): table reads are tapped into log area N % 2 while
+  the command runs; its status is returned as soon as the embedding engine finishes, and the
+  log drains in the background.
+* UPDATE(N) *seals* the log: it waits until every entry and header is written and every LOG
+  write has its B response (invariant 2), then writes N's flag ``{N, entries, SET}`` and
+  forwards UPDATE(N) at once (the engine's reads of gradients and rows overlap the flag's
+  latency). The engine's writes pass the join only once the flag's B response is back
+  (invariant 1: every entry is persistent before any in-place write is issued). When the
+  engine reports UPDATE done and every one of its writes has its B response, the commit
+  record ``{c = N}`` is written (invariant 3), and the status goes back once it is persistent.
+* Area N % 2 is next written by LOOKUP(N + 2), which is accepted only after N + 1, hence N, is
+  committed (invariant 4). Recovery restores only the entries the flag counts, which were
+  all persistent before the flag was written, so it never sees a torn entry, and only batch
+  c + 1's entries (invariant 6); it marks the flag ROLLED_BACK after the restored rows are
+  persistent, so a second recovery does nothing more, and a recovery cut short by a power
+  failure restores the same entries again (invariant 5).
+
+Snapshots: the host writes the MLP parameters into slot ``next_snapshot_slot`` (the slot that
+does not hold the newest complete snapshot) over CXL.mem, waits for its writes to complete,
+then sends SNAPSHOT(N); the slot's completion record ``{N}`` is written and the slot becomes the
+newest. ``next_snapshot_slot`` equals ``(N // K) % 2`` (``sw_model.checkpoint.snapshot_slot``)
+as long as every snapshot batch gets its record; after a power failure that lost one, the
+device keeps the surviving snapshot and points the host at the other slot instead (the fixed
+formula would then overwrite the only complete snapshot). SNAPSHOT(-1) (batch 0xFFFFFFFF) seals
+the initial parameters in slot 1 after formatting.
+
+RECOVER: reads the metadata; with no valid superblock it formats (commit record c = -1, flags
+and snapshot records cleared, superblock last); otherwise it rolls back batch c + 1 if its flag
+is SET, finds the newest complete snapshot, and reports them. It must be the first command
+after reset; LOOKUP, UPDATE and SNAPSHOT are refused until it has succeeded.
+
+Refused commands are answered with ``ErrorCode.BAD_OPCODE`` and change nothing; the reason is
+on ``error`` (:class:`~hw.ckpt.layouts.CheckpointError`).
+
+GPF: while ``gpf`` is set no command is accepted, the engine's new reads and writes are held,
+no new log entry is taken (a LOOKUP cut short this way cannot be followed by its UPDATE), and
+the log buffer, open headers and every accepted write drain; ``gpf_done`` rises when all are
+persistent, with the time it took in ``gpf_drain_cycles``.
+
+With ``logging_enable`` clear, LOOKUP and UPDATE pass straight through (the no-checkpoint
+baseline), and the persistent state is not maintained.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.emb.layouts import (
+    ErrorCode,
+    Opcode,
+    command_layout,
+    region_layout,
+    status_layout,
+    table_layout,
+)
+from hw.mem.axi import AXI4Signature
+
+from .join import AxiJoin
+from .layouts import (
+    COMMIT_LAYOUT,
+    COMMIT_MAGIC,
+    ENTRIES_PER_GROUP,
+    FLAG_LAYOUT,
+    FLAG_MAGIC,
+    GROUP_HEADER_LAYOUT,
+    GROUP_LINES,
+    GROUP_MAGIC,
+    LINE_BITS,
+    META_LINES,
+    NO_BATCH,
+    SNAPSHOT_LAYOUT,
+    SNAPSHOT_MAGIC,
+    SUPERBLOCK_LAYOUT,
+    SUPERBLOCK_MAGIC,
+    VERSION,
+    CheckpointError,
+    CheckpointPhase,
+    FlagState,
+    MetaLine,
+    OwnWrite,
+    checksum_words,
+)
+from .log_writer import LogWriter
+from .tap import LookupTap
+
+__all__ = ["CheckpointEngine", "counters_layout"]
+
+
+def counters_layout() -> data.StructLayout:
+    """Free-running counters of the checkpoint engine (wrap at 2**32)."""
+    return data.StructLayout({
+        "log_entries": unsigned(32),      # entries logged (all batches)
+        "log_duplicates": unsigned(32),   # table beats not logged: already logged this batch
+        "own_writes": unsigned(32),       # own writes issued (log, flags, records, restores)
+        "interlock_cycles": unsigned(32),  # from UPDATE accepted to the write gate opening
+    })
+
+
+def _check_int(value, name, low, high, *, power_of_two=False, zero=False):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    if zero and value == 0:
+        return value
+    if not low <= value <= high or (power_of_two and value & (value - 1)):
+        kind = "a power of two" if power_of_two else "an integer"
+        extra = "0 or " if zero else ""
+        raise ValueError(f"{name} must be {extra}{kind} in {low}..{high}, not {value!r}")
+    return value
+
+
+def _checksum(value, layout):
+    """XOR of the 32-bit words before the checksum field (see layouts)."""
+    words = [value[32 * k:32 * (k + 1)] for k in range(checksum_words(layout))]
+    result = words[0]
+    for word in words[1:]:
+        result = result ^ word
+    return result
+
+
+def _sealed(m, layout, name):
+    """A record signal (fields assigned by the caller) and its line with the checksum."""
+    record = Signal(layout, name=name)
+    offset = layout["checksum"].offset
+    raw = record.as_value()
+    line = Signal(LINE_BITS, name=f"{name}_line")
+    m.d.comb += line.eq(Cat(raw[:offset], _checksum(raw, layout), raw[offset + 32:]))
+    return record, line
+
+
+def _valid(view, value, layout, magic):
+    return (view.magic == magic) & (view.checksum == _checksum(value, layout))
+
+
+def _later(a, b):
+    """Batch a is newer than batch b (-1 = 0xFFFFFFFF orders before 0)."""
+    return (a + 1)[:33] > (b + 1)[:33]
+
+
+class CheckpointEngine(wiring.Component):
+    """Crash-consistent checkpointing in front of the embedding engine (module docstring).
+
+    Parameters (keyword-only)
+    -------------------------
+    addr_width : int
+        Byte address width, 12..64 (as the embedding engine's).
+    id_width : int
+        AXI ID width, 3..16, of both AXI ports. The embedding engine must use IDs below
+        ``2**id_width - 4`` (for the EmbeddingEngine: ``outstanding_reads + 3 <=
+        2**id_width - 4``); the top four are this engine's.
+    max_tables : int
+        Table descriptors, 1..255 (as the embedding engine's).
+    log_buffer_depth : int
+        Log entries buffered on chip (a power of two, 8..4096); the lookup's read data waits
+        when it is full.
+    dedup_entries : int
+        Lines in the per-batch duplicate filter: 0 (off) or a power of two, 2..4096.
+    max_outstanding_writes : int
+        Own writes of one kind, and engine writes, in flight: 1..1024.
+
+    Members
+    -------
+    cmd : ``In(stream.Signature(command_layout(addr_width)))``
+    done : ``Out(stream.Signature(status_layout()))``
+        The device's command port: LOOKUP/UPDATE go on to the engine, SNAPSHOT and RECOVER
+        are handled here.
+    engine_cmd : ``Out(stream.Signature(command_layout(addr_width)))``
+    engine_done : ``In(stream.Signature(status_layout()))``
+        To and from :class:`~hw.emb.engine.EmbeddingEngine`.
+    engine_axi : ``In(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
+        The embedding engine's AXI port arrives here.
+    axi : ``Out(AXI4Signature(...))``
+        Toward memory: the engine's traffic plus this engine's own (IDs ``2**id_width - 4..``).
+    tables : ``In(data.ArrayLayout(table_layout(addr_width), max_tables))``
+        The same descriptors the embedding engine gets (table extents for the tap).
+    meta_region, log_region : ``In(region_layout(addr_width))``
+        Metadata (at least 8 lines) and undo log (two areas of at least one 8-line group);
+        64-byte aligned; must hold still from RECOVER on.
+    snapshot_regions : ``In(data.ArrayLayout(region_layout(addr_width), 2))``
+        The two MLP snapshot slots (recorded in the superblock).
+    snapshot_interval : ``In(32)``
+        K: SNAPSHOT(N) requires (N + 1) % K == 0 (K = 0: any batch).
+    logging_enable : ``In(1)``
+        Clear: LOOKUP/UPDATE pass straight through (no logging, no ordering, no commit).
+    gpf : ``In(1)``
+        Power-fail warning (module docstring).
+
+    Status (outputs)
+    ----------------
+    phase : ``CheckpointPhase``; error : ``CheckpointError`` (of the last command)
+    attached : RECOVER has succeeded since reset (and no UPDATE failed since)
+    last_committed : batch c (0xFFFFFFFF: none)
+    snapshot_batch, snapshot_valid, snapshot_slot : the newest complete snapshot
+    next_snapshot_slot : where the host writes the next snapshot
+    log_open, log_batch, log_entries : the current batch's log (LOOKUP done, no UPDATE yet)
+    log_pending : log entries or headers not yet issued
+    recovery_cycles, restored_entries, rolled_back : of the last RECOVER
+    gpf_done, gpf_drain_cycles
+    engine_protocol_error : sticky, the engine used a reserved ID or a write burst
+    counters : ``counters_layout()``
+    """
+
+    def __init__(self, *, addr_width=48, id_width=8, max_tables=8, log_buffer_depth=64,
+                 dedup_entries=256, max_outstanding_writes=64):
+        _check_int(addr_width, "Address width", 12, 64)
+        _check_int(id_width, "ID width", 3, 16)
+        _check_int(max_tables, "Maximum table count", 1, 255)
+        _check_int(log_buffer_depth, "Log buffer depth", 8, 4096, power_of_two=True)
+        _check_int(dedup_entries, "Duplicate filter size", 2, 4096, power_of_two=True,
+                   zero=True)
+        _check_int(max_outstanding_writes, "Outstanding write limit", 1, 1024)
+        self._addr_width = addr_width
+        self._id_width = id_width
+        self._max_tables = max_tables
+        self._log_buffer_depth = log_buffer_depth
+        self._dedup_entries = dedup_entries
+        self._max_writes = max_outstanding_writes
+        axi = AXI4Signature(addr_width=addr_width, data_width=LINE_BITS, id_width=id_width)
+        super().__init__({
+            "cmd": In(stream.Signature(command_layout(addr_width))),
+            "done": Out(stream.Signature(status_layout())),
+            "engine_cmd": Out(stream.Signature(command_layout(addr_width))),
+            "engine_done": In(stream.Signature(status_layout())),
+            "engine_axi": In(axi),
+            "axi": Out(axi),
+            "tables": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
+            "meta_region": In(region_layout(addr_width)),
+            "log_region": In(region_layout(addr_width)),
+            "snapshot_regions": In(data.ArrayLayout(region_layout(addr_width), 2)),
+            "snapshot_interval": In(32),
+            "logging_enable": In(1),
+            "gpf": In(1),
+            "phase": Out(CheckpointPhase),
+            "error": Out(CheckpointError),
+            "attached": Out(1),
+            "last_committed": Out(32),
+            "snapshot_batch": Out(32),
+            "snapshot_valid": Out(1),
+            "snapshot_slot": Out(1),
+            "next_snapshot_slot": Out(1),
+            "log_open": Out(1),
+            "log_batch": Out(32),
+            "log_entries": Out(32),
+            "log_pending": Out(1),
+            "recovery_cycles": Out(32),
+            "restored_entries": Out(32),
+            "rolled_back": Out(1),
+            "gpf_done": Out(1),
+            "gpf_drain_cycles": Out(32),
+            "engine_protocol_error": Out(1),
+            "counters": Out(counters_layout()),
+        })
+
+    @property
+    def addr_width(self):
+        return self._addr_width
+
+    @property
+    def id_width(self):
+        return self._id_width
+
+    @property
+    def max_tables(self):
+        return self._max_tables
+
+    @property
+    def log_buffer_depth(self):
+        return self._log_buffer_depth
+
+    @property
+    def dedup_entries(self):
+        return self._dedup_entries
+
+    @property
+    def engine_id_limit(self):
+        """The embedding engine must use AXI IDs below this."""
+        return 2 ** self._id_width - 4
+
+    # The three ordering decisions, as methods so that the formal mutants (hw/ckpt/formal)
+    # can break exactly one of them and show that the proof notices.
+
+    def _flag_may_be_written(self, log_drained, log_persistent):
+        """Invariant 2: the flag only after every log entry and header is persistent."""
+        return log_drained & log_persistent
+
+    def _engine_writes_open(self, flag_persistent):
+        """Invariant 1: in-place writes only once the flag (hence every entry) is persistent."""
+        return flag_persistent
+
+    def _commit_may_be_written(self, engine_finished, engine_writes_persistent):
+        """Invariant 3: the commit record only after every in-place write is persistent."""
+        return engine_finished & engine_writes_persistent
+
+    def elaborate(self, platform):
+        m = Module()
+        aw = self._addr_width
+        law = aw - 6
+
+        m.submodules.join = join = AxiJoin(addr_width=aw, id_width=self._id_width,
+                                           max_outstanding_writes=self._max_writes)
+        m.submodules.tap = tap = LookupTap(addr_width=aw, id_width=self._id_width,
+                                           max_tables=self._max_tables,
+                                           buffer_depth=self._log_buffer_depth,
+                                           dedup_entries=self._dedup_entries)
+        m.submodules.log_writer = log = LogWriter(addr_width=aw)
+        wiring.connect(m, wiring.flipped(self.engine_axi), join.engine)
+        wiring.connect(m, join.memory, wiring.flipped(self.axi))
+        wiring.connect(m, tap.entries, log.entries)
+
+        engine_axi = self.engine_axi
+        m.d.comb += [
+            tap.tables.eq(self.tables),
+            tap.arvalid.eq(engine_axi.arvalid), tap.arid.eq(engine_axi.arid),
+            tap.araddr.eq(engine_axi.araddr), tap.arlen.eq(engine_axi.arlen),
+            tap.ar_fire.eq(join.engine_ar_fire),
+            tap.r_fire.eq(join.engine_r_fire), tap.rid.eq(engine_axi.rid),
+            tap.rdata.eq(engine_axi.rdata), tap.rresp.eq(engine_axi.rresp),
+            tap.rlast.eq(engine_axi.rlast),
+            join.engine_ar_hold.eq(tap.ar_hold),
+            join.engine_r_hold.eq(tap.r_hold),
+        ]
+
+        # --- configuration, as line addresses ------------------------------------------------
+        meta = self.meta_region.base[6:]
+        log_lines = self.log_region.size[6:]
+        groups_per_area = log_lines[4:]          # (lines / 2) / 8
+        area_lines = Cat(Const(0, 3), groups_per_area)
+        capacity = Signal(32)
+        m.d.comb += capacity.eq(groups_per_area * ENTRIES_PER_GROUP)
+
+        def area_line(area):
+            return (self.log_region.base[6:] + Mux(area, area_lines, 0))[:law]
+
+        config_ok = ((self.meta_region.size[6:] >= META_LINES) & (groups_per_area != 0))
+
+        # --- persistent state mirrored on chip ------------------------------------------------
+        command = Signal(command_layout(aw))
+        reply = Signal(status_layout())
+        error = Signal(CheckpointError)
+        attached = Signal()
+        failed = Signal()          # an UPDATE failed after its flag: RECOVER must roll it back
+        last_committed = Signal(32, init=NO_BATCH)
+        log_open = Signal()
+        log_batch = Signal(32)
+        log_cut = Signal()         # GPF stopped the tap during this batch's LOOKUP
+        snap_valid = Signal(2)
+        snap_batch = Signal(data.ArrayLayout(unsigned(32), 2))
+        protocol_error = Signal()
+        own_bus_error = Signal()   # sticky within a command
+
+        newest = Signal()
+        m.d.comb += newest.eq(Mux(snap_valid == 0b11, _later(snap_batch[1], snap_batch[0]),
+                                  snap_valid[1]))
+        next_slot = Signal()
+        m.d.comb += next_slot.eq(Mux(snap_valid == 0, 1, ~newest))
+        newest_batch = Signal(32)
+        m.d.comb += newest_batch.eq(Mux(snap_valid == 0, NO_BATCH, snap_batch[newest]))
+
+        own_count = join.own_outstanding
+        log_persistent = own_count[OwnWrite.LOG.value] == 0
+        flag_persistent = own_count[OwnWrite.FLAG.value] == 0
+        commit_persistent = own_count[OwnWrite.COMMIT.value] == 0
+        other_persistent = own_count[OwnWrite.OTHER.value] == 0
+        log_drained = tap.empty & log.sealed
+
+        # --- own writes from the controller (records, restores); the log writer's otherwise --
+        ctl_w = stream.Signature(data.StructLayout({
+            "line": unsigned(law), "data": unsigned(LINE_BITS), "kind": OwnWrite})).create()
+        ctl_w_open = ~self.gpf  # during GPF only the log drains
+        with m.If(ctl_w.valid & ctl_w_open):
+            m.d.comb += [join.own_w.valid.eq(1), join.own_w.payload.eq(ctl_w.payload),
+                         ctl_w.ready.eq(join.own_w.ready)]
+        with m.Else():
+            wiring.connect(m, log.own_w, join.own_w)
+
+        # --- records ------------------------------------------------------------------------
+        # The records are assigned only here, unconditionally, from field signals that the
+        # states drive (a record signal partly driven in states would have constant slices
+        # in an `always @*` that reads nothing, which Verilator never runs).
+        flag_record, flag_line = _sealed(m, FLAG_LAYOUT, "flag_record")
+        commit_record, commit_line = _sealed(m, COMMIT_LAYOUT, "commit_record")
+        snapshot_record, snapshot_line = _sealed(m, SNAPSHOT_LAYOUT, "snapshot_record")
+        superblock, superblock_line = _sealed(m, SUPERBLOCK_LAYOUT, "superblock")
+        flag_fields = Signal(data.StructLayout({
+            "batch": unsigned(32), "entries": unsigned(32), "state": FlagState,
+            "area": unsigned(1)}))
+        commit_batch_field = Signal(32)
+        snapshot_fields = Signal(data.StructLayout({"batch": unsigned(32), "slot": unsigned(1)}))
+        m.d.comb += [
+            flag_record.magic.eq(FLAG_MAGIC), flag_record.batch.eq(flag_fields.batch),
+            flag_record.entries.eq(flag_fields.entries), flag_record.state.eq(flag_fields.state),
+            flag_record.area.eq(flag_fields.area),
+            commit_record.magic.eq(COMMIT_MAGIC), commit_record.batch.eq(commit_batch_field),
+            snapshot_record.magic.eq(SNAPSHOT_MAGIC),
+            snapshot_record.batch.eq(snapshot_fields.batch),
+            snapshot_record.slot.eq(snapshot_fields.slot),
+            superblock.magic.eq(SUPERBLOCK_MAGIC), superblock.version.eq(VERSION),
+            superblock.entries_per_group.eq(ENTRIES_PER_GROUP),
+            superblock.group_lines.eq(GROUP_LINES),
+            superblock.snapshot_interval.eq(self.snapshot_interval),
+            superblock.log_base.eq(self.log_region.base),
+            superblock.log_lines.eq(log_lines),
+            superblock.snapshot0_base.eq(self.snapshot_regions[0].base),
+            superblock.snapshot0_lines.eq(self.snapshot_regions[0].size[6:]),
+            superblock.snapshot1_base.eq(self.snapshot_regions[1].base),
+            superblock.snapshot1_lines.eq(self.snapshot_regions[1].size[6:]),
+        ]
+
+        # --- recovery's view of the metadata ---------------------------------------------------
+        rd = join.own_r
+        beat = rd.payload.data
+        sb_view = data.View(SUPERBLOCK_LAYOUT, beat)
+        commit_view = data.View(COMMIT_LAYOUT, beat)
+        flag_view = data.View(FLAG_LAYOUT, beat)
+        snap_view = data.View(SNAPSHOT_LAYOUT, beat)
+        header_view = data.View(GROUP_HEADER_LAYOUT, beat)
+        sb_valid = Signal()
+        sb_match = Signal()
+        commit_valid = Signal()
+        commit_batch = Signal(32)
+        flag_valid = Signal(2)
+        flag_batch = Signal(data.ArrayLayout(unsigned(32), 2))
+        flag_entries = Signal(data.ArrayLayout(unsigned(32), 2))
+        flag_state = Signal(data.ArrayLayout(FlagState, 2))
+        read_valid = Signal(2)
+        read_batch = Signal(data.ArrayLayout(unsigned(32), 2))
+        meta_issued = Signal(range(META_LINES + 1))
+        meta_received = Signal(range(META_LINES + 1))
+        rollback_area = Signal()
+        rollback_total = Signal(32)
+        recovery_cycles = Signal(32)
+        restored_entries = Signal(32)
+        rolled_back = Signal()
+        counting_recovery = Signal()
+        with m.If(counting_recovery):
+            m.d.sync += recovery_cycles.eq(recovery_cycles + 1)
+
+        # Restore walk: an issue side (AR) and a receive side (R), each over groups of
+        # 1 header + n data lines.
+        issue_line = Signal(law)
+        issue_group = Signal(law)
+        issue_k = Signal(range(GROUP_LINES + 1))
+        issue_n = Signal(range(GROUP_LINES))
+        issue_left = Signal(32)
+        recv_k = Signal(range(GROUP_LINES + 1))
+        recv_n = Signal(range(GROUP_LINES))
+        recv_left = Signal(32)
+        header_lines = Signal(data.ArrayLayout(unsigned(64), ENTRIES_PER_GROUP))
+        reads_in_flight = Signal(16)
+        discard = Signal()
+        format_step = Signal(range(8))
+
+        # --- snapshot-batch check: (N + 1) % K, one bit per cycle ---------------------------
+        dividend = Signal(33)
+        remainder = Signal(33)
+        divide_step = Signal(range(34))
+
+        # --- engine command forwarding ---------------------------------------------------------
+        forward = Signal()
+        m.d.comb += [self.engine_cmd.valid.eq(forward), self.engine_cmd.payload.eq(command)]
+        with m.If(self.engine_cmd.ready):
+            m.d.sync += forward.eq(0)
+
+        write_gate = Signal()
+        read_gate = Signal(init=1)
+        m.d.comb += [join.engine_write_open.eq(write_gate & ~self.gpf),
+                     join.engine_read_open.eq(read_gate & ~self.gpf),
+                     tap.table_count.eq(command.tables)]
+        interlock_counting = Signal()
+
+        phase = Signal(CheckpointPhase)
+        sealing = Signal()
+
+        def refuse(reason):
+            m.d.sync += [reply.error.eq(ErrorCode.BAD_OPCODE), error.eq(reason)]
+            m.next = "Reply"
+
+        batch = command.batch
+        next_batch = (last_committed + 1)[:32]
+
+        with m.FSM(name="control"):
+            with m.State("Idle"):
+                m.d.comb += [self.cmd.ready.eq(~self.gpf),
+                             phase.eq(Mux(attached, Mux(failed, CheckpointPhase.FAILED,
+                                                        CheckpointPhase.IDLE),
+                                          CheckpointPhase.DETACHED))]
+                payload = self.cmd.payload
+                with m.If(self.cmd.valid & ~self.gpf):
+                    m.d.sync += [
+                        command.eq(payload),
+                        reply.eq(status_layout().const({})),
+                        reply.opcode.eq(payload.opcode),
+                        reply.batch.eq(payload.batch),
+                        error.eq(CheckpointError.NONE),
+                        own_bus_error.eq(0),
+                    ]
+                    n = payload.batch
+                    ready = attached & ~failed
+                    with m.Switch(payload.opcode):
+                        with m.Case(Opcode.NOP):
+                            m.next = "Reply"
+                        with m.Case(Opcode.LOOKUP, Opcode.UPDATE):
+                            with m.If(~self.logging_enable):
+                                m.d.sync += forward.eq(1)
+                                m.next = "Pass"
+                            with m.Elif(~ready):
+                                refuse(CheckpointError.NOT_RECOVERED)
+                            with m.Elif(n != next_batch):
+                                refuse(CheckpointError.OUT_OF_ORDER)
+                            with m.Elif(payload.opcode == Opcode.LOOKUP):
+                                m.next = "LookupPrepare"
+                            with m.Elif(~log_open | (log_batch != n)):
+                                refuse(CheckpointError.OUT_OF_ORDER)
+                            with m.Elif(log.overflow | log_cut):
+                                refuse(CheckpointError.LOG_OVERFLOW)
+                            with m.Else():
+                                m.d.sync += interlock_counting.eq(1)
+                                m.next = "Seal"
+                        with m.Case(Opcode.SNAPSHOT):
+                            with m.If(~ready):
+                                refuse(CheckpointError.NOT_RECOVERED)
+                            with m.Else():
+                                m.d.sync += [dividend.eq(n + 1), remainder.eq(0),
+                                             divide_step.eq(0)]
+                                m.next = "SnapshotCheck"
+                        with m.Case(Opcode.RECOVER):
+                            with m.If(~config_ok):
+                                refuse(CheckpointError.BAD_CONFIG)
+                            with m.Else():
+                                m.d.sync += [
+                                    attached.eq(0), meta_issued.eq(0), meta_received.eq(0),
+                                    recovery_cycles.eq(0), counting_recovery.eq(1),
+                                    sb_valid.eq(0), sb_match.eq(0), commit_valid.eq(0),
+                                    flag_valid.eq(0), read_valid.eq(0), rolled_back.eq(0),
+                                    restored_entries.eq(0), discard.eq(0),
+                                ]
+                                m.next = "RecoverMeta"
+                        with m.Default():
+                            m.d.sync += reply.error.eq(ErrorCode.BAD_OPCODE)
+                            m.next = "Reply"
+
+            # --- pass-through (logging disabled) -------------------------------------------
+            with m.State("Pass"):
+                m.d.comb += [phase.eq(CheckpointPhase.PASS), write_gate.eq(1),
+                             self.engine_done.ready.eq(1)]
+                with m.If(self.engine_done.valid):
+                    m.d.sync += reply.eq(self.engine_done.payload)
+                    m.next = "Reply"
+
+            # --- LOOKUP(N) with logging ------------------------------------------------------
+            with m.State("LookupPrepare"):
+                # Entries of an earlier attempt still in the buffer drain first.
+                m.d.comb += phase.eq(CheckpointPhase.LOOKUP)
+                with m.If(tap.empty):
+                    m.d.comb += [tap.start.eq(1), log.start.eq(1), log.batch.eq(batch),
+                                 log.area.eq(area_line(batch[0])), log.capacity.eq(capacity)]
+                    m.d.sync += [log_open.eq(0), log_cut.eq(0)]
+                    m.next = "LookupExtents"
+            with m.State("LookupExtents"):
+                m.d.comb += phase.eq(CheckpointPhase.LOOKUP)
+                with m.If(tap.ready):
+                    m.d.sync += forward.eq(1)
+                    m.next = "LookupRun"
+            with m.State("LookupRun"):
+                # The engine writes only its output buffer during LOOKUP: those pass.
+                m.d.comb += [phase.eq(CheckpointPhase.LOOKUP), write_gate.eq(1),
+                             tap.enable.eq(~self.gpf), self.engine_done.ready.eq(1)]
+                with m.If(self.gpf):
+                    m.d.sync += log_cut.eq(1)
+                with m.If(self.engine_done.valid):
+                    m.d.sync += [reply.eq(self.engine_done.payload), log_open.eq(1),
+                                 log_batch.eq(batch)]
+                    m.next = "Reply"
+
+            # --- UPDATE(N): seal, flag, update, commit -------------------------------------------
+            with m.State("Seal"):
+                m.d.comb += [phase.eq(CheckpointPhase.SEAL), sealing.eq(1)]
+                with m.If(self._flag_may_be_written(log_drained, log_persistent)):
+                    with m.If(log.overflow | log_cut):
+                        m.d.sync += interlock_counting.eq(0)
+                        refuse(CheckpointError.LOG_OVERFLOW)
+                    with m.Else():
+                        m.next = "Flag"
+            with m.State("Flag"):
+                m.d.comb += [
+                    phase.eq(CheckpointPhase.FLAG),
+                    flag_fields.batch.eq(batch), flag_fields.entries.eq(log.count),
+                    flag_fields.state.eq(FlagState.SET), flag_fields.area.eq(batch[0]),
+                    ctl_w.valid.eq(1),
+                    ctl_w.payload.line.eq(meta + MetaLine.FLAG_0 + batch[0]),
+                    ctl_w.payload.data.eq(flag_line),
+                    ctl_w.payload.kind.eq(OwnWrite.FLAG),
+                ]
+                with m.If(ctl_w.ready):
+                    # The engine reads gradients and rows while the flag persists.
+                    m.d.sync += forward.eq(1)
+                    m.next = "Update"
+            with m.State("Update"):
+                open_now = self._engine_writes_open(flag_persistent)
+                m.d.comb += [phase.eq(CheckpointPhase.UPDATE), write_gate.eq(open_now),
+                             self.engine_done.ready.eq(1)]
+                with m.If(open_now):
+                    m.d.sync += interlock_counting.eq(0)
+                with m.If(self.engine_done.valid):
+                    m.d.sync += reply.eq(self.engine_done.payload)
+                    m.next = "Drain"
+            with m.State("Drain"):
+                # The engine has finished; its last writes (and the flag) become persistent.
+                m.d.comb += phase.eq(CheckpointPhase.UPDATE)
+                # (The engine has reported done: that is what brought us here.)
+                with m.If(self._commit_may_be_written(Const(1), join.engine_outstanding == 0)
+                          & flag_persistent):
+                    m.d.sync += interlock_counting.eq(0)
+                    with m.If((reply.error != ErrorCode.NONE) | own_bus_error):
+                        m.d.sync += [failed.eq(1), error.eq(Mux(
+                            own_bus_error, CheckpointError.BUS_ERROR,
+                            CheckpointError.UPDATE_FAILED))]
+                        m.next = "Reply"
+                    with m.Else():
+                        m.next = "Commit"
+            with m.State("Commit"):
+                m.d.comb += [
+                    phase.eq(CheckpointPhase.COMMIT),
+                    commit_batch_field.eq(batch),
+                    ctl_w.valid.eq(1),
+                    ctl_w.payload.line.eq(meta + MetaLine.COMMIT),
+                    ctl_w.payload.data.eq(commit_line),
+                    ctl_w.payload.kind.eq(OwnWrite.COMMIT),
+                ]
+                with m.If(ctl_w.ready):
+                    m.next = "CommitWait"
+            with m.State("CommitWait"):
+                m.d.comb += phase.eq(CheckpointPhase.COMMIT)
+                with m.If(commit_persistent):
+                    with m.If(own_bus_error):
+                        m.d.sync += [failed.eq(1), error.eq(CheckpointError.BUS_ERROR),
+                                     reply.error.eq(ErrorCode.BUS_ERROR)]
+                    with m.Else():
+                        m.d.sync += [last_committed.eq(batch), log_open.eq(0)]
+                    m.next = "Reply"
+
+            # --- SNAPSHOT(N) ----------------------------------------------------------------------
+            with m.State("SnapshotCheck"):
+                m.d.comb += phase.eq(CheckpointPhase.SNAPSHOT)
+                shifted = Cat(dividend[32], remainder[:32])
+                fits = shifted >= self.snapshot_interval
+                m.d.sync += [remainder.eq(Mux(fits, shifted - self.snapshot_interval, shifted)),
+                             dividend.eq(dividend << 1), divide_step.eq(divide_step + 1)]
+                with m.If(divide_step == 33):
+                    m.d.sync += [remainder.eq(remainder), dividend.eq(dividend)]
+                    initial = batch == NO_BATCH
+                    with m.If(initial & snap_valid.any()):
+                        refuse(CheckpointError.SNAPSHOT_ORDER)
+                    with m.Elif(~initial & (self.snapshot_interval != 0) & (remainder != 0)):
+                        refuse(CheckpointError.NOT_SNAPSHOT_BATCH)
+                    with m.Elif(~initial & (_later(batch, last_committed)
+                                            | (snap_valid.any()
+                                               & ~_later(batch, newest_batch)))):
+                        refuse(CheckpointError.SNAPSHOT_ORDER)
+                    with m.Else():
+                        m.next = "SnapshotWrite"
+            with m.State("SnapshotWrite"):
+                m.d.comb += [
+                    phase.eq(CheckpointPhase.SNAPSHOT),
+                    snapshot_fields.batch.eq(batch), snapshot_fields.slot.eq(next_slot),
+                    ctl_w.valid.eq(1),
+                    ctl_w.payload.line.eq(meta + MetaLine.SNAPSHOT_0 + next_slot),
+                    ctl_w.payload.data.eq(snapshot_line),
+                    ctl_w.payload.kind.eq(OwnWrite.OTHER),
+                ]
+                with m.If(ctl_w.ready):
+                    m.d.sync += rollback_area.eq(next_slot)  # reused: the slot being sealed
+                    m.next = "SnapshotWait"
+            with m.State("SnapshotWait"):
+                m.d.comb += phase.eq(CheckpointPhase.SNAPSHOT)
+                with m.If(other_persistent):
+                    with m.If(own_bus_error):
+                        m.d.sync += [error.eq(CheckpointError.BUS_ERROR),
+                                     reply.error.eq(ErrorCode.BUS_ERROR)]
+                    with m.Else():
+                        for slot in range(2):
+                            with m.If(rollback_area == slot):
+                                m.d.sync += [snap_valid[slot].eq(1),
+                                             snap_batch[slot].eq(batch)]
+                    m.next = "Reply"
+
+            # --- RECOVER ----------------------------------------------------------------------------
+            with m.State("RecoverMeta"):
+                m.d.comb += [phase.eq(CheckpointPhase.RECOVER),
+                             join.own_ar.valid.eq(meta_issued != MetaLine.SNAPSHOT_1 + 1),
+                             join.own_ar.payload.eq(meta + meta_issued),
+                             rd.ready.eq(1)]
+                with m.If(join.own_ar.valid & join.own_ar.ready):
+                    m.d.sync += meta_issued.eq(meta_issued + 1)
+                with m.If(rd.valid):
+                    m.d.sync += meta_received.eq(meta_received + 1)
+                    with m.Switch(meta_received):
+                        with m.Case(MetaLine.SUPERBLOCK):
+                            ok = (_valid(sb_view, beat, SUPERBLOCK_LAYOUT, SUPERBLOCK_MAGIC)
+                                  & (sb_view.version == VERSION))
+                            expected = superblock
+                            match = ((sb_view.log_base == expected.log_base)
+                                     & (sb_view.log_lines == expected.log_lines)
+                                     & (sb_view.snapshot0_base == expected.snapshot0_base)
+                                     & (sb_view.snapshot0_lines == expected.snapshot0_lines)
+                                     & (sb_view.snapshot1_base == expected.snapshot1_base)
+                                     & (sb_view.snapshot1_lines == expected.snapshot1_lines)
+                                     & (sb_view.entries_per_group == ENTRIES_PER_GROUP)
+                                     & (sb_view.group_lines == GROUP_LINES))
+                            m.d.sync += [sb_valid.eq(ok), sb_match.eq(match)]
+                        with m.Case(MetaLine.COMMIT):
+                            m.d.sync += [
+                                commit_valid.eq(_valid(commit_view, beat, COMMIT_LAYOUT,
+                                                       COMMIT_MAGIC)),
+                                commit_batch.eq(commit_view.batch)]
+                        for area, line in ((0, MetaLine.FLAG_0), (1, MetaLine.FLAG_1)):
+                            with m.Case(line):
+                                m.d.sync += [
+                                    flag_valid[area].eq(_valid(flag_view, beat, FLAG_LAYOUT,
+                                                               FLAG_MAGIC)),
+                                    flag_batch[area].eq(flag_view.batch),
+                                    flag_entries[area].eq(flag_view.entries),
+                                    flag_state[area].eq(flag_view.state)]
+                        for slot, line in ((0, MetaLine.SNAPSHOT_0), (1, MetaLine.SNAPSHOT_1)):
+                            with m.Case(line):
+                                m.d.sync += [
+                                    read_valid[slot].eq(
+                                        _valid(snap_view, beat, SNAPSHOT_LAYOUT,
+                                               SNAPSHOT_MAGIC) & (snap_view.slot == slot)),
+                                    read_batch[slot].eq(snap_view.batch)]
+                    with m.If(meta_received == MetaLine.SNAPSHOT_1):
+                        m.next = "RecoverDecide"
+            with m.State("RecoverDecide"):
+                m.d.comb += phase.eq(CheckpointPhase.RECOVER)
+                c = commit_batch
+                area = (c + 1)[0]
+                to_roll = ((flag_valid.bit_select(area, 1))
+                           & (flag_state[area] == FlagState.SET)
+                           & (flag_batch[area] == (c + 1)[:32]))
+                with m.If(own_bus_error):
+                    m.d.sync += [counting_recovery.eq(0), error.eq(CheckpointError.BUS_ERROR),
+                                 reply.error.eq(ErrorCode.BUS_ERROR)]
+                    m.next = "Reply"
+                with m.Elif(~sb_valid):
+                    m.d.sync += [format_step.eq(0), commit_batch.eq(NO_BATCH),
+                                 read_valid.eq(0)]
+                    m.next = "Format"
+                with m.Elif(~sb_match):
+                    m.d.sync += counting_recovery.eq(0)
+                    refuse(CheckpointError.CONFIG_MISMATCH)
+                with m.Elif(~commit_valid):
+                    m.d.sync += counting_recovery.eq(0)
+                    refuse(CheckpointError.CORRUPT_METADATA)
+                with m.Elif(to_roll):
+                    total = flag_entries[area]
+                    m.d.sync += [
+                        rollback_area.eq(area), rollback_total.eq(total),
+                        issue_line.eq(area_line(area)), issue_group.eq(area_line(area)),
+                        issue_k.eq(0), issue_left.eq(total),
+                        recv_k.eq(0), recv_left.eq(total), reads_in_flight.eq(0),
+                    ]
+                    m.next = "Restore"
+                with m.Else():
+                    m.next = "RecoverFinish"
+            with m.State("Restore"):
+                m.d.comb += phase.eq(CheckpointPhase.RECOVER)
+                # Issue side: header, then its data lines, group after group.
+                issuing = ~discard & ((issue_k != 0) | (issue_left != 0))
+                m.d.comb += [join.own_ar.valid.eq(issuing), join.own_ar.payload.eq(issue_line)]
+                issued = join.own_ar.valid & join.own_ar.ready
+                with m.If(issued):
+                    with m.If(issue_k == 0):
+                        n_group = Mux(issue_left > ENTRIES_PER_GROUP, ENTRIES_PER_GROUP,
+                                      issue_left)
+                        m.d.sync += [issue_n.eq(n_group), issue_k.eq(1),
+                                     issue_line.eq(issue_line + 1)]
+                    with m.Elif(issue_k == issue_n):
+                        m.d.sync += [issue_k.eq(0), issue_left.eq(issue_left - issue_n),
+                                     issue_line.eq(issue_group + GROUP_LINES),
+                                     issue_group.eq(issue_group + GROUP_LINES)]
+                    with m.Else():
+                        m.d.sync += [issue_k.eq(issue_k + 1), issue_line.eq(issue_line + 1)]
+                # Receive side: check each header, write each data line back in place.
+                received = Signal()
+                with m.If(discard):
+                    m.d.comb += rd.ready.eq(1)
+                with m.Elif(recv_k == 0):
+                    m.d.comb += rd.ready.eq(1)
+                    with m.If(rd.valid):
+                        n_group = Mux(recv_left > ENTRIES_PER_GROUP, ENTRIES_PER_GROUP,
+                                      recv_left)
+                        good = ((header_view.magic == GROUP_MAGIC)
+                                & (header_view.batch == (commit_batch + 1)[:32])
+                                & (header_view.count == n_group) & ~rd.payload.error)
+                        m.d.sync += [recv_n.eq(n_group), recv_k.eq(1),
+                                     header_lines.eq(header_view.lines)]
+                        with m.If(~good):
+                            m.d.sync += [discard.eq(1), error.eq(CheckpointError.CORRUPT_LOG)]
+                with m.Else():
+                    slot_line = Signal(64)
+                    for k in range(ENTRIES_PER_GROUP):
+                        with m.If(recv_k == k + 1):
+                            m.d.comb += slot_line.eq(header_lines[k])
+                    m.d.comb += [ctl_w.valid.eq(rd.valid),
+                                 ctl_w.payload.line.eq(slot_line[:law]),
+                                 ctl_w.payload.data.eq(beat),
+                                 ctl_w.payload.kind.eq(OwnWrite.OTHER),
+                                 rd.ready.eq(ctl_w.ready & ctl_w_open)]
+                    with m.If(rd.valid & rd.ready):
+                        with m.If(recv_k == recv_n):
+                            m.d.sync += [recv_k.eq(0), recv_left.eq(recv_left - recv_n),
+                                         restored_entries.eq(restored_entries + 1)]
+                        with m.Else():
+                            m.d.sync += [recv_k.eq(recv_k + 1),
+                                         restored_entries.eq(restored_entries + 1)]
+                m.d.comb += received.eq(rd.valid & rd.ready)
+                m.d.sync += reads_in_flight.eq(reads_in_flight + issued - received)
+                all_received = ((reads_in_flight == 0) & ~issued
+                                & ((issue_k == 0) & (issue_left == 0) | discard))
+                with m.If(all_received & (recv_k == 0) | discard & (reads_in_flight == 0)):
+                    m.next = "RestoreWait"
+            with m.State("RestoreWait"):
+                m.d.comb += phase.eq(CheckpointPhase.RECOVER)
+                with m.If(other_persistent):
+                    with m.If(discard | own_bus_error):
+                        m.d.sync += [counting_recovery.eq(0),
+                                     reply.error.eq(Mux(discard, ErrorCode.BAD_OPCODE,
+                                                        ErrorCode.BUS_ERROR)),
+                                     error.eq(Mux(discard, CheckpointError.CORRUPT_LOG,
+                                                  CheckpointError.BUS_ERROR))]
+                        m.next = "Reply"
+                    with m.Else():
+                        m.next = "Unflag"
+            with m.State("Unflag"):
+                m.d.comb += [
+                    phase.eq(CheckpointPhase.RECOVER),
+                    flag_fields.batch.eq((commit_batch + 1)[:32]),
+                    flag_fields.entries.eq(rollback_total),
+                    flag_fields.state.eq(FlagState.ROLLED_BACK),
+                    flag_fields.area.eq(rollback_area),
+                    ctl_w.valid.eq(1),
+                    ctl_w.payload.line.eq(meta + MetaLine.FLAG_0 + rollback_area),
+                    ctl_w.payload.data.eq(flag_line),
+                    ctl_w.payload.kind.eq(OwnWrite.OTHER),
+                ]
+                with m.If(ctl_w.ready):
+                    m.d.sync += rolled_back.eq(1)
+                    m.next = "UnflagWait"
+            with m.State("UnflagWait"):
+                m.d.comb += phase.eq(CheckpointPhase.RECOVER)
+                with m.If(other_persistent):
+                    m.next = "RecoverFinish"
+            with m.State("Format"):
+                # Everything else first, the superblock last: a format cut short is redone.
+                m.d.comb += [phase.eq(CheckpointPhase.RECOVER),
+                             ctl_w.payload.kind.eq(OwnWrite.OTHER),
+                             commit_batch_field.eq(NO_BATCH),
+                             flag_fields.batch.eq(NO_BATCH),
+                             flag_fields.state.eq(FlagState.CLEAR)]
+                with m.Switch(format_step):
+                    with m.Case(0):
+                        m.d.comb += [ctl_w.valid.eq(1),
+                                     ctl_w.payload.line.eq(meta + MetaLine.COMMIT),
+                                     ctl_w.payload.data.eq(commit_line)]
+                    for step, line in ((1, MetaLine.FLAG_0), (2, MetaLine.FLAG_1)):
+                        with m.Case(step):
+                            m.d.comb += [flag_fields.area.eq(step - 1), ctl_w.valid.eq(1),
+                                         ctl_w.payload.line.eq(meta + line),
+                                         ctl_w.payload.data.eq(flag_line)]
+                    for step, line in ((3, MetaLine.SNAPSHOT_0), (4, MetaLine.SNAPSHOT_1)):
+                        with m.Case(step):
+                            m.d.comb += [ctl_w.valid.eq(1),
+                                         ctl_w.payload.line.eq(meta + line),
+                                         ctl_w.payload.data.eq(0)]
+                    with m.Case(5):
+                        with m.If(other_persistent):
+                            m.d.sync += format_step.eq(6)
+                    with m.Case(6):
+                        m.d.comb += [ctl_w.valid.eq(1),
+                                     ctl_w.payload.line.eq(meta + MetaLine.SUPERBLOCK),
+                                     ctl_w.payload.data.eq(superblock_line)]
+                    with m.Case(7):
+                        with m.If(other_persistent):
+                            m.next = "RecoverFinish"
+                with m.If(ctl_w.valid & ctl_w.ready):
+                    m.d.sync += format_step.eq(format_step + 1)
+            with m.State("RecoverFinish"):
+                m.d.comb += phase.eq(CheckpointPhase.RECOVER)
+                m.d.sync += [counting_recovery.eq(0), log_open.eq(0)]
+                with m.If(own_bus_error):
+                    m.d.sync += [error.eq(CheckpointError.BUS_ERROR),
+                                 reply.error.eq(ErrorCode.BUS_ERROR)]
+                with m.Else():
+                    m.d.sync += [attached.eq(1), failed.eq(0),
+                                 last_committed.eq(commit_batch),
+                                 snap_valid.eq(read_valid), snap_batch.eq(read_batch)]
+                m.next = "Reply"
+
+            with m.State("Reply"):
+                m.d.comb += [phase.eq(CheckpointPhase.REPLY), self.done.valid.eq(1),
+                             self.done.payload.eq(reply)]
+                with m.If(self.done.ready):
+                    m.next = "Idle"
+
+        # After the FSM, so that an error strobe in the cycle a command starts is not lost.
+        with m.If(join.protocol_error):
+            m.d.sync += protocol_error.eq(1)
+        with m.If(join.own_error):
+            m.d.sync += own_bus_error.eq(1)
+
+        # --- GPF ---------------------------------------------------------------------------------
+        gpf_seen = Signal()
+        gpf_done = Signal()
+        gpf_cycles = Signal(32)
+        m.d.comb += log.flush.eq(sealing | self.gpf)
+        drained = log_drained & join.quiet & ~join.own_w.valid
+        with m.If(self.gpf):
+            m.d.sync += gpf_seen.eq(1)
+            with m.If(~gpf_seen):
+                m.d.sync += [gpf_cycles.eq(0), gpf_done.eq(0)]
+            with m.Elif(~gpf_done):
+                with m.If(drained):
+                    m.d.sync += gpf_done.eq(1)
+                with m.Else():
+                    m.d.sync += gpf_cycles.eq(gpf_cycles + 1)
+        with m.Else():
+            m.d.sync += [gpf_seen.eq(0), gpf_done.eq(0)]
+
+        # --- counters ------------------------------------------------------------------------------
+        counters = self.counters
+        tap_logged = Signal(32)
+        tap_dups = Signal(32)
+        m.d.sync += [tap_logged.eq(tap.logged), tap_dups.eq(tap.duplicates)]
+        with m.If(tap.logged != tap_logged):
+            m.d.sync += counters.log_entries.eq(counters.log_entries + 1)
+        with m.If(tap.duplicates != tap_dups):
+            m.d.sync += counters.log_duplicates.eq(counters.log_duplicates + 1)
+        with m.If(join.own_w.valid & join.own_w.ready):
+            m.d.sync += counters.own_writes.eq(counters.own_writes + 1)
+        with m.If(interlock_counting):
+            m.d.sync += counters.interlock_cycles.eq(counters.interlock_cycles + 1)
+
+        m.d.comb += [
+            self.phase.eq(phase),
+            self.error.eq(error),
+            self.attached.eq(attached & ~failed),
+            self.last_committed.eq(last_committed),
+            self.snapshot_batch.eq(newest_batch),
+            self.snapshot_valid.eq(snap_valid.any()),
+            self.snapshot_slot.eq(newest),
+            self.next_snapshot_slot.eq(next_slot),
+            self.log_open.eq(log_open),
+            self.log_batch.eq(log_batch),
+            self.log_entries.eq(log.count),
+            self.log_pending.eq(~log_drained),
+            self.recovery_cycles.eq(recovery_cycles),
+            self.restored_entries.eq(restored_entries),
+            self.rolled_back.eq(rolled_back),
+            self.gpf_done.eq(gpf_done),
+            self.gpf_drain_cycles.eq(gpf_cycles),
+            self.engine_protocol_error.eq(protocol_error),
+        ]
+        return m

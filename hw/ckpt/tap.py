@@ -1,0 +1,219 @@
+"""Log-on-lookup: turn the table lines a LOOKUP reads into undo-log entries, with no extra read.
+
+While ``enable`` is set (a LOOKUP runs under logging), every read address the embedding engine
+issues is compared with the extents of the command's tables; a table read is remembered by its
+AXI ID (its line address, in a small memory indexed by ID), and each beat of read data that
+comes back on that ID becomes an entry ``{line address, old contents}``. Reads of the index,
+offset and weight buffers (outside every table) are ignored, and so is data with an error
+response. The EmbeddingEngine gives each row read its own ID until the data is back, so one
+table read per ID is in flight; should a second table read with the same ID come while the
+first is in flight, its address is held until the first has returned all its beats. Bursts
+are followed beat by beat (the remembered line advances).
+
+Deduplication (``dedup_entries`` > 0): a direct-mapped filter of the lines logged in this
+batch, indexed by an XOR fold of the line address and holding the full address, so a hit is
+always exact (duplicates of one batch hold the same old value; skipping them saves PMEM write
+bandwidth, the scarce resource). A miss that evicts another line only costs a second entry
+for that line later, which is harmless. The filter is emptied by ``start``.
+
+Entries go into a FIFO of ``buffer_depth`` lines; when it is nearly full the engine's read data
+is held (``r_hold``), so an entry is never dropped; the log writer drains it in the background
+(the host's MLP work overlaps it), and UPDATE waits until it is empty and persistent.
+"""
+
+from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from hw.emb.layouts import table_layout
+
+from .layouts import LINE_BITS
+
+__all__ = ["LookupTap", "fold"]
+
+#: Pipeline stages between an R handshake and the FIFO write (the FIFO keeps this much room).
+_PIPELINE = 3
+
+
+def fold(value, width, bits):
+    """XOR-fold a ``width``-bit value into ``bits`` bits (the filter's index hash)."""
+    folded = value[:bits]
+    for low in range(bits, width, bits):
+        folded = folded ^ value[low:min(low + bits, width)]
+    return folded
+
+
+class LookupTap(wiring.Component):
+    """Observes the engine's AR and R channels and produces undo-log entries.
+
+    Parameters (keyword-only)
+    -------------------------
+    addr_width, id_width, max_tables : int
+    buffer_depth : int
+        Entries buffered before the read data is held (a power of two, >= 8).
+    dedup_entries : int
+        Lines in the duplicate filter: 0 (off) or a power of two, 2..4096.
+
+    Members
+    -------
+    tables : ``In(data.ArrayLayout(table_layout(addr_width), max_tables))``
+    table_count : ``In(8)``
+        The command's table count (tables beyond it are not logged).
+    start : ``In(1)``
+        Compute the table extents and empty the filter (``ready`` afterwards).
+    ready : ``Out(1)``
+    enable : ``In(1)``
+        Record table reads (hold it only while the engine runs a LOOKUP).
+    arvalid, arid, araddr, arlen : ``In(...)``
+        The engine's read address channel, as offered (before the join).
+    ar_fire : ``In(1)``
+        The join took it.
+    ar_hold : ``Out(1)``
+        Do not take the current read address yet (its ID has a table read in flight).
+    r_fire, rid, rdata, rresp, rlast : ``In(...)``
+        The engine's read data, as handed to it.
+    r_hold : ``Out(1)``
+        Hold read data: the entry buffer is nearly full.
+    entries : ``Out(stream.Signature({"line": addr_width - 6, "data": 512}))``
+    empty : ``Out(1)``
+        No entry in the pipeline or the buffer.
+    logged, duplicates : ``Out(32)``
+        Entries produced and table beats skipped as duplicates since ``start``.
+    """
+
+    def __init__(self, *, addr_width, id_width, max_tables, buffer_depth=64, dedup_entries=256):
+        self._addr_width = addr_width
+        self._id_width = id_width
+        self._max_tables = max_tables
+        self._buffer_depth = buffer_depth
+        self._dedup_entries = dedup_entries
+        law = addr_width - 6
+        self.entry_layout = data.StructLayout({"line": unsigned(law), "data": unsigned(LINE_BITS)})
+        super().__init__({
+            "tables": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
+            "table_count": In(8),
+            "start": In(1),
+            "ready": Out(1),
+            "enable": In(1),
+            "arvalid": In(1), "arid": In(id_width), "araddr": In(addr_width), "arlen": In(8),
+            "ar_fire": In(1),
+            "ar_hold": Out(1),
+            "r_fire": In(1), "rid": In(id_width), "rdata": In(LINE_BITS), "rresp": In(2),
+            "rlast": In(1),
+            "r_hold": Out(1),
+            "entries": Out(stream.Signature(self.entry_layout)),
+            "empty": Out(1),
+            "logged": Out(32),
+            "duplicates": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        law = self._addr_width - 6
+        ids = 2 ** self._id_width
+
+        # --- table extents, one table per cycle after start (one multiplier) -----------------
+        lows = Signal(data.ArrayLayout(unsigned(law), self._max_tables))
+        highs = Signal(data.ArrayLayout(unsigned(law + 1), self._max_tables))
+        enabled = Signal(self._max_tables)
+        computing = Signal()
+        index = Signal(range(self._max_tables + 1))
+        m.d.comb += self.ready.eq(~computing & ~self.start)
+        with m.If(self.start):
+            m.d.sync += [computing.eq(1), index.eq(0)]
+        with m.Elif(computing):
+            table = self.tables[index]
+            low = table.base[6:]
+            row_lines = table.dim[4:]  # dim is a multiple of 16 floats
+            for t in range(self._max_tables):
+                with m.If(index == t):
+                    m.d.sync += [lows[t].eq(low), highs[t].eq(low + table.rows * row_lines),
+                                 enabled[t].eq(index < self.table_count)]
+            m.d.sync += index.eq(index + 1)
+            with m.If(index == self._max_tables - 1):
+                m.d.sync += computing.eq(0)
+
+        ar_line = self.araddr[6:]
+        is_table = Signal()
+        m.d.comb += is_table.eq(Cat(
+            enabled[t] & (ar_line >= lows[t]) & (ar_line < highs[t])
+            for t in range(self._max_tables)).any())
+
+        # --- per-ID context: the line the next beat of a table read holds ---------------------
+        m.submodules.context = context = memory.Memory(shape=unsigned(law), depth=ids, init=[])
+        record = context.write_port()
+        advance = context.write_port()
+        lookup = context.read_port(transparent_for=(record, advance))
+        in_flight = Signal(ids)
+        tapped_ar = self.enable & self.arvalid & is_table
+        m.d.comb += self.ar_hold.eq(tapped_ar & in_flight.bit_select(self.arid, 1))
+        m.d.comb += [record.addr.eq(self.arid), record.data.eq(ar_line),
+                     record.en.eq(tapped_ar & self.ar_fire)]
+
+        # Stage 1: the R beat is registered; the context read finishes.
+        s1_valid = Signal()
+        s1_id = Signal(self._id_width)
+        s1_data = Signal(LINE_BITS)
+        tapped_r = self.r_fire & in_flight.bit_select(self.rid, 1)
+        m.d.comb += lookup.addr.eq(self.rid)
+        m.d.sync += [s1_valid.eq(tapped_r & (self.rresp == 0)), s1_id.eq(self.rid),
+                     s1_data.eq(self.rdata)]
+        set_mask = Signal(ids)
+        clear_mask = Signal(ids)
+        with m.If(tapped_ar & self.ar_fire):
+            m.d.comb += set_mask.eq(1 << self.arid)
+        with m.If(tapped_r & self.rlast):
+            m.d.comb += clear_mask.eq(1 << self.rid)
+        m.d.sync += in_flight.eq((in_flight | set_mask) & ~clear_mask)
+        s1_line = lookup.data
+        m.d.comb += [advance.addr.eq(s1_id), advance.data.eq(s1_line + 1),
+                     advance.en.eq(s1_valid)]
+
+        # Stage 2: the filter read finishes. Stage 3: compare, record, push.
+        s2_valid = Signal()
+        s2_line = Signal(law)
+        s2_data = Signal(LINE_BITS)
+        m.d.sync += [s2_valid.eq(s1_valid), s2_line.eq(s1_line), s2_data.eq(s1_data)]
+        m.submodules.buffer = buffer = fifo.SyncFIFOBuffered(
+            width=self.entry_layout.size, depth=self._buffer_depth)
+        logged = Signal(32)
+        duplicates = Signal(32)
+        push = Signal()
+        if self._dedup_entries:
+            bits = exact_log2(self._dedup_entries)
+            m.submodules.filter = seen = memory.Memory(
+                shape=unsigned(law), depth=self._dedup_entries, init=[])
+            remember = seen.write_port()
+            check = seen.read_port(transparent_for=(remember,))
+            valid = Signal(self._dedup_entries)
+            m.d.comb += check.addr.eq(fold(s1_line, law, bits))
+            slot = fold(s2_line, law, bits)
+            hit = valid.bit_select(slot, 1) & (check.data == s2_line)
+            m.d.comb += [push.eq(s2_valid & ~hit),
+                         remember.addr.eq(slot), remember.data.eq(s2_line),
+                         remember.en.eq(push)]
+            with m.If(self.start):
+                m.d.sync += valid.eq(0)
+            with m.Elif(push):
+                m.d.sync += valid.eq(valid | (1 << slot))
+            with m.If(s2_valid & hit & ~self.start):
+                m.d.sync += duplicates.eq(duplicates + 1)
+        else:
+            m.d.comb += push.eq(s2_valid)
+        with m.If(self.start):
+            m.d.sync += [logged.eq(0), duplicates.eq(0)]
+        with m.Elif(push):
+            m.d.sync += logged.eq(logged + 1)
+        m.d.comb += [buffer.w_en.eq(push), buffer.w_data.eq(Cat(s2_line, s2_data))]
+
+        entry = data.View(self.entry_layout, buffer.r_data)
+        m.d.comb += [
+            self.entries.valid.eq(buffer.r_rdy), self.entries.payload.eq(entry),
+            buffer.r_en.eq(self.entries.ready),
+            # Room for every beat already in the pipeline plus the one that may arrive now.
+            self.r_hold.eq(buffer.level > self._buffer_depth - _PIPELINE - 1),
+            self.empty.eq(~buffer.r_rdy & ~s1_valid & ~s2_valid),
+            self.logged.eq(logged), self.duplicates.eq(duplicates),
+        ]
+        return m

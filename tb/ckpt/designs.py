@@ -1,0 +1,20 @@
+"""The one Verilator configuration of the checkpoint testbenches (tests, campaign, benchmark
+all share its build: a build of the whole system takes minutes)."""
+
+from sim.rtl import Design
+
+__all__ = ["ENGINE", "SYSTEM"]
+
+#: EmbeddingEngine parameters: the tiny preset's 4 tables, rows up to 2 lines (dim 32), 32 row
+#: reads in flight, a small update capacity so UPDATE chunks (and re-reads rows) often.
+ENGINE = {
+    "max_tables": 4, "max_dim": 32, "num_regions": 2, "addr_width": 32, "id_width": 6,
+    "outstanding_reads": 32, "index_buffer_depth": 256, "offset_buffer_depth": 64,
+    "output_buffer_depth": 16, "bag_slots": 8, "max_unique_rows": 16,
+    "update_outstanding_reads": 8,
+}
+
+SYSTEM = Design("ckpt_system", "tb.ckpt.harness:CheckpointSystem", {
+    **ENGINE, "memory_lines": 8192, "pending_beats": 64, "log_buffer_depth": 64,
+    "dedup_entries": 256,
+})

@@ -1,0 +1,142 @@
+"""The simulated system of the checkpoint testbenches: EmbeddingEngine + CheckpointEngine + the
+PMEM model, in one Amaranth top (so the whole data path runs at Verilator speed and Python
+acts per command).
+
+::
+
+    cmd/done -> CheckpointEngine -> EmbeddingEngine
+                   engine_axi <------ axi
+                   axi -> PmemModel (latency/bandwidth profile, power-fail, backdoor)
+"""
+
+from amaranth.hdl import Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.ckpt.engine import CheckpointEngine
+from hw.ckpt.engine import counters_layout as ckpt_counters_layout
+from hw.ckpt.layouts import CheckpointError, CheckpointPhase
+from hw.emb.engine import EmbeddingEngine
+from hw.emb.layouts import (
+    command_layout,
+    counters_layout,
+    region_layout,
+    status_layout,
+    table_layout,
+)
+from sim.pmem import PmemModel
+
+__all__ = ["CKPT_STATUS", "PMEM_INPUTS", "CheckpointSystem"]
+
+#: CheckpointEngine outputs that the system top exposes under the same names.
+CKPT_STATUS = {
+    "phase": CheckpointPhase, "error": CheckpointError, "attached": 1, "last_committed": 32,
+    "snapshot_batch": 32, "snapshot_valid": 1, "snapshot_slot": 1, "next_snapshot_slot": 1,
+    "log_open": 1, "log_batch": 32, "log_entries": 32, "log_pending": 1,
+    "recovery_cycles": 32, "restored_entries": 32, "rolled_back": 1, "gpf_done": 1,
+    "gpf_drain_cycles": 32, "engine_protocol_error": 1,
+}
+#: PmemModel timing and power-fail inputs exposed under the same names.
+PMEM_INPUTS = ("read_latency", "write_latency", "read_rate_num", "read_rate_den",
+               "write_rate_num", "write_rate_den", "power_fail", "fail_seed", "fail_keep")
+_PMEM_OUTPUTS = ("powered_down", "backdoor_rdata", "now", "read_beats", "write_beats",
+                 "pending", "lost_beats", "kept_beats")
+
+
+class CheckpointSystem(wiring.Component):
+    """Parameters (keyword-only): ``memory_lines`` (PMEM size in lines), ``pending_beats``
+    (the model's unacknowledged-beat ring), ``log_buffer_depth`` and ``dedup_entries`` (the
+    checkpoint engine's), and the EmbeddingEngine's own parameters (``max_tables``,
+    ``max_dim``, ``num_regions``, ``addr_width``, ``id_width``, ...)."""
+
+    def __init__(self, *, memory_lines=8192, pending_beats=64, log_buffer_depth=64,
+                 dedup_entries=256, **engine):
+        self._engine = engine
+        self._memory_lines = memory_lines
+        self._pending_beats = pending_beats
+        self._ckpt = dict(log_buffer_depth=log_buffer_depth, dedup_entries=dedup_entries)
+        aw = engine.get("addr_width", 48)
+        self._aw = aw
+        self._id_width = engine.get("id_width", 8)
+        max_tables = engine.get("max_tables", 8)
+        num_regions = engine.get("num_regions", 4)
+        # Built here so that both components check their parameters in this constructor.
+        self._embedding = EmbeddingEngine(**engine)
+        self._checkpoint = CheckpointEngine(addr_width=aw, id_width=self._id_width,
+                                            max_tables=max_tables, **self._ckpt)
+        outstanding = engine.get("outstanding_reads", 128)
+        if outstanding + 3 > self._checkpoint.engine_id_limit:
+            raise ValueError(
+                f"Outstanding reads ({outstanding}) plus 3 stream IDs must stay below the "
+                f"checkpoint engine's reserved IDs (limit {self._checkpoint.engine_id_limit})")
+        members = {
+            "cmd": In(stream.Signature(command_layout(aw))),
+            "done": Out(stream.Signature(status_layout())),
+            "tables": In(data.ArrayLayout(table_layout(aw), max_tables)),
+            "regions": In(data.ArrayLayout(region_layout(aw), num_regions)),
+            "lr": In(32),
+            "meta_region": In(region_layout(aw)),
+            "log_region": In(region_layout(aw)),
+            "snapshot_regions": In(data.ArrayLayout(region_layout(aw), 2)),
+            "snapshot_interval": In(32),
+            "logging_enable": In(1),
+            "gpf": In(1),
+            "counters": Out(counters_layout()),
+            "ckpt_counters": Out(ckpt_counters_layout()),
+            "backdoor_addr": In(range(memory_lines)),
+            "backdoor_wdata": In(512),
+            "backdoor_we": In(1),
+        }
+        members.update({name: Out(shape) for name, shape in CKPT_STATUS.items()})
+        memory = PmemModel(depth=memory_lines, addr_width=aw, id_width=self._id_width,
+                           pending_beats=pending_beats)
+        for name in PMEM_INPUTS:
+            members[name] = In(memory.signature.members[name].shape)
+        for name in _PMEM_OUTPUTS:
+            members[name] = Out(memory.signature.members[name].shape)
+        self._memory = memory
+        super().__init__(members)
+
+    @property
+    def memory_lines(self):
+        return self._memory_lines
+
+    @property
+    def has_update(self):
+        return self._embedding.has_update
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.embedding = embedding = self._embedding
+        m.submodules.checkpoint = checkpoint = self._checkpoint
+        m.submodules.memory = memory = self._memory
+        wiring.connect(m, wiring.flipped(self.cmd), checkpoint.cmd)
+        wiring.connect(m, checkpoint.done, wiring.flipped(self.done))
+        wiring.connect(m, checkpoint.engine_cmd, embedding.cmd)
+        wiring.connect(m, embedding.done, checkpoint.engine_done)
+        wiring.connect(m, embedding.axi, checkpoint.engine_axi)
+        wiring.connect(m, checkpoint.axi, memory.axi)
+        m.d.comb += [
+            embedding.tables.eq(self.tables),
+            embedding.regions.eq(self.regions),
+            embedding.lr.eq(self.lr),
+            self.counters.eq(embedding.counters),
+            checkpoint.tables.eq(self.tables),
+            checkpoint.meta_region.eq(self.meta_region),
+            checkpoint.log_region.eq(self.log_region),
+            checkpoint.snapshot_regions.eq(self.snapshot_regions),
+            checkpoint.snapshot_interval.eq(self.snapshot_interval),
+            checkpoint.logging_enable.eq(self.logging_enable),
+            checkpoint.gpf.eq(self.gpf),
+            self.ckpt_counters.eq(checkpoint.counters),
+            memory.backdoor_addr.eq(self.backdoor_addr),
+            memory.backdoor_wdata.eq(self.backdoor_wdata),
+            memory.backdoor_we.eq(self.backdoor_we),
+        ]
+        for name in CKPT_STATUS:
+            m.d.comb += getattr(self, name).eq(getattr(checkpoint, name))
+        for name in PMEM_INPUTS:
+            m.d.comb += getattr(memory, name).eq(getattr(self, name))
+        for name in _PMEM_OUTPUTS:
+            m.d.comb += getattr(self, name).eq(getattr(memory, name))
+        return m

@@ -1,0 +1,270 @@
+"""Shared pieces of the checkpoint unit tests (Amaranth simulator): a CheckpointEngine on a
+PmemModel with an explicit reset, a scripted stand-in for the embedding engine, and AXI/stream
+helpers. Not a test module itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from amaranth.hdl import ClockDomain, Module
+from amaranth.lib import wiring
+from amaranth.sim import Simulator
+
+from hw.ckpt.engine import CheckpointEngine
+from hw.ckpt.layouts import (
+    COMMIT_LAYOUT,
+    FLAG_LAYOUT,
+    GROUP_HEADER_LAYOUT,
+    SNAPSHOT_LAYOUT,
+    SUPERBLOCK_LAYOUT,
+    MetaLine,
+    record_valid,
+    unpack,
+)
+from hw.emb.layouts import ErrorCode, Opcode, command_layout, region_layout, status_layout
+from sim.pmem import PmemModel
+
+ADDR_WIDTH = 20
+ID_WIDTH = 4
+LINES = 2048
+TABLE_LINE = 0          # table 0: 32 rows of dim 16 at line 0; table 1: 16 rows of dim 32
+TABLE1_LINE = 64
+BUFFER_LINE = 256       # "indices" (not a table)
+META_LINE = 512
+LOG_LINE = 640          # 64 lines: 2 areas of 4 groups (28 entries each)
+LOG_LINES = 64
+SLOT_LINES = (768, 896)
+
+
+class Rig(wiring.Component):
+    """CheckpointEngine + PmemModel; the engine's ports are the testbench's."""
+
+    def __init__(self, **ckpt):
+        self.ckpt = CheckpointEngine(addr_width=ADDR_WIDTH, id_width=ID_WIDTH, max_tables=2,
+                                     **ckpt)
+        self.memory = PmemModel(depth=LINES, addr_width=ADDR_WIDTH, id_width=ID_WIDTH,
+                                pending_beats=32)
+        self.domain = ClockDomain("sync")
+        super().__init__({})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = self.domain
+        m.submodules.ckpt = self.ckpt
+        m.submodules.memory = self.memory
+        wiring.connect(m, self.ckpt.axi, self.memory.axi)
+        return m
+
+
+def configure(ctx, ckpt, *, interval=4, logging=True):
+    region = region_layout(ADDR_WIDTH)
+    ctx.set(ckpt.meta_region, region.const({"base": META_LINE * 64, "size": 8 * 64}))
+    ctx.set(ckpt.log_region, region.const({"base": LOG_LINE * 64, "size": LOG_LINES * 64}))
+    for slot, line in enumerate(SLOT_LINES):
+        ctx.set(ckpt.snapshot_regions[slot], region.const({"base": line * 64, "size": 64 * 64}))
+    ctx.set(ckpt.snapshot_interval, interval)
+    ctx.set(ckpt.logging_enable, int(logging))
+    tables = [{"base": TABLE_LINE * 64, "rows": 32, "dim": 16, "mode": 0},
+              {"base": TABLE1_LINE * 64, "rows": 16, "dim": 32, "mode": 0}]
+    for t, table in enumerate(tables):
+        for name, value in table.items():
+            ctx.set(getattr(ckpt.tables[t], name), value)
+
+
+async def backdoor_write(ctx, memory, line, value: int):
+    ctx.set(memory.backdoor_addr, line)
+    ctx.set(memory.backdoor_wdata, value)
+    ctx.set(memory.backdoor_we, 1)
+    await ctx.tick()
+    ctx.set(memory.backdoor_we, 0)
+
+
+async def backdoor_read(ctx, memory, line) -> bytes:
+    ctx.set(memory.backdoor_addr, line)
+    await ctx.tick()
+    return ctx.get(memory.backdoor_rdata).to_bytes(64, "little")
+
+
+def line_value(line, salt=0) -> int:
+    """A recognisable 512-bit pattern for a line."""
+    return int.from_bytes(bytes((line * 7 + salt + k) & 0xFF for k in range(64)), "little")
+
+
+async def command(ctx, ckpt, opcode, batch, *, tables=2, timeout=20000):
+    """Send one command and return its status (a data.Const of status_layout)."""
+    payload = command_layout(ADDR_WIDTH).const({"opcode": opcode, "batch": batch,
+                                                "tables": tables})
+    ctx.set(ckpt.cmd.payload, payload)
+    ctx.set(ckpt.cmd.valid, 1)
+    await ctx.tick().until(ckpt.cmd.ready)
+    ctx.set(ckpt.cmd.valid, 0)
+    ctx.set(ckpt.done.ready, 1)
+    for _ in range(timeout):
+        _, _, valid, status = await ctx.tick().sample(ckpt.done.valid, ckpt.done.payload)
+        if valid:
+            ctx.set(ckpt.done.ready, 0)
+            return status
+    raise AssertionError(f"{opcode} {batch}: no status after {timeout} cycles")
+
+
+@dataclass
+class EngineScript:
+    """What the stand-in embedding engine does for each command.
+
+    LOOKUP: reads ``lookup_lines`` (one AR each, ID = position % 8, several in flight), then
+    writes one output line. UPDATE: reads ``update_lines`` and writes each back with a
+    different value (``salt``), then reports done once every write has its B response.
+    """
+
+    lookup_lines: list[int] = field(default_factory=list)
+    update_lines: list[int] = field(default_factory=list)
+    salt: int = 100
+    update_error: bool = False
+    events: list[tuple[int, str, int]] = field(default_factory=list)  # (cycle, kind, line)
+
+
+class _Reset(Exception):
+    """The design was reset under the stand-in engine (a power failure): start over."""
+
+
+async def fake_engine(ctx, ckpt, script: EngineScript):
+    while True:
+        try:
+            await _engine_commands(ctx, ckpt, script)
+        except _Reset:
+            for signal in (ckpt.engine_axi.arvalid, ckpt.engine_axi.awvalid,
+                           ckpt.engine_axi.wvalid, ckpt.engine_done.valid):
+                ctx.set(signal, 0)
+
+
+async def _tick(ctx, *signals):
+    """One clock edge; the sampled values of ``signals``; ``_Reset`` if reset is held."""
+    _, reset, *values = await ctx.tick().sample(*signals)
+    if reset:
+        raise _Reset
+    return values[0] if len(values) == 1 else values
+
+
+async def _engine_commands(ctx, ckpt, script):
+    bus = ckpt.engine_axi
+    ctx.set(bus.rready, 1)
+    ctx.set(bus.bready, 1)
+    cycle = 0
+    while True:
+        ctx.set(ckpt.engine_cmd.ready, 1)
+        valid, cmd = await _tick(ctx, ckpt.engine_cmd.valid, ckpt.engine_cmd.payload)
+        cycle += 1
+        if not valid:
+            continue
+        ctx.set(ckpt.engine_cmd.ready, 0)
+        opcode = cmd.opcode
+        lines = script.lookup_lines if opcode == Opcode.LOOKUP else script.update_lines
+        # Issue every read (up to 8 in flight, IDs round robin), collect the data.
+        pending = list(enumerate(lines))
+        in_flight = {}
+        while pending or in_flight:
+            if pending and len(in_flight) < 8:
+                position, line = pending[0]
+                ident = position % 8
+                if ident not in in_flight:
+                    ctx.set(bus.arvalid, 1)
+                    ctx.set(bus.arid, ident)
+                    ctx.set(bus.araddr, line * 64)
+                    ctx.set(bus.arlen, 0)
+            arvalid, arready, rvalid, rid = await _tick(
+                ctx, bus.arvalid, bus.arready, bus.rvalid, bus.rid)
+            cycle += 1
+            if arvalid and arready:
+                position, line = pending.pop(0)
+                in_flight[position % 8] = line
+                script.events.append((cycle, "ar", line))
+            ctx.set(bus.arvalid, 0)
+            if rvalid:
+                in_flight.pop(rid)
+        writes = ([(BUFFER_LINE + 8, 0xABCD)] if opcode == Opcode.LOOKUP
+                  else [(line, line_value(line, script.salt)) for line in lines])
+        outstanding = 0
+        for line, value in writes:
+            ctx.set(bus.awvalid, 1)
+            ctx.set(bus.awid, 1)
+            ctx.set(bus.awaddr, line * 64)
+            ctx.set(bus.awlen, 0)
+            ctx.set(bus.wvalid, 1)
+            ctx.set(bus.wdata, value)
+            ctx.set(bus.wstrb, (1 << 64) - 1)
+            ctx.set(bus.wlast, 1)
+            while True:
+                ready, bvalid = await _tick(ctx, bus.awready, bus.bvalid)
+                cycle += 1
+                outstanding -= bvalid
+                if ready:
+                    break
+            outstanding += 1
+            script.events.append((cycle, "aw", line))
+            ctx.set(bus.awvalid, 0)
+            ctx.set(bus.wvalid, 0)
+        while outstanding:
+            outstanding -= await _tick(ctx, bus.bvalid)
+            cycle += 1
+        error = ErrorCode.BUS_ERROR if (opcode == Opcode.UPDATE and script.update_error) \
+            else ErrorCode.NONE
+        ctx.set(ckpt.engine_done.payload, status_layout().const(
+            {"opcode": opcode, "batch": cmd.batch, "error": error}))
+        ctx.set(ckpt.engine_done.valid, 1)
+        while not await _tick(ctx, ckpt.engine_done.ready):
+            pass
+        ctx.set(ckpt.engine_done.valid, 0)
+
+
+def simulate(rig, *testbenches, processes=(), deadline=200_000):
+    sim = Simulator(rig)
+    sim.add_clock(1e-6)
+    finished = []
+
+    def finishing(testbench):
+        async def run(ctx):
+            await testbench(ctx)
+            finished.append(testbench)
+        return run
+
+    for process in processes:
+        sim.add_process(process)
+    for testbench in testbenches:
+        sim.add_testbench(finishing(testbench))
+    sim.run_until(deadline * 1e-6)
+    assert len(finished) == len(testbenches), "a testbench did not finish: the design hangs"
+
+
+async def read_meta(ctx, memory):
+    """The metadata lines, parsed: {name: (valid, view)}."""
+    out = {}
+    for name, line, layout in (("superblock", MetaLine.SUPERBLOCK, SUPERBLOCK_LAYOUT),
+                               ("commit", MetaLine.COMMIT, COMMIT_LAYOUT),
+                               ("flag0", MetaLine.FLAG_0, FLAG_LAYOUT),
+                               ("flag1", MetaLine.FLAG_1, FLAG_LAYOUT),
+                               ("snap0", MetaLine.SNAPSHOT_0, SNAPSHOT_LAYOUT),
+                               ("snap1", MetaLine.SNAPSHOT_1, SNAPSHOT_LAYOUT)):
+        raw = await backdoor_read(ctx, memory, META_LINE + line)
+        out[name] = (record_valid(layout, raw), unpack(layout, raw))
+    return out
+
+
+async def read_group(ctx, memory, area, group):
+    base = LOG_LINE + area * (LOG_LINES // 2) + 8 * group
+    header = unpack(GROUP_HEADER_LAYOUT, await backdoor_read(ctx, memory, base))
+    data = [await backdoor_read(ctx, memory, base + 1 + k) for k in range(7)]
+    return header, data
+
+
+async def power_cycle(ctx, rig, *, seed=1, keep=128):
+    """Fail power now, wait for the image, reset the design (memory survives)."""
+    memory = rig.memory
+    ctx.set(memory.fail_seed, seed)
+    ctx.set(memory.fail_keep, keep)
+    ctx.set(memory.power_fail, 1)
+    await ctx.tick().until(memory.powered_down)
+    ctx.set(memory.power_fail, 0)
+    ctx.set(rig.domain.rst, 1)
+    await ctx.delay(2e-6)  # (a tick would raise DomainReset while the reset is held)
+    ctx.set(rig.domain.rst, 0)
+    await ctx.tick()

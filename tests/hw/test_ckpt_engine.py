@@ -1,0 +1,380 @@
+# amaranth: UnusedElaboratable=no
+"""The CheckpointEngine in Amaranth's simulator, on the PMEM model, with a scripted stand-in for
+the embedding engine: formatting, log-on-lookup (tables only, duplicates skipped), the order
+log -> flag -> in-place writes -> commit, rollback after a power failure in the update,
+idempotent recovery, snapshots, refusals, GPF and the pass-through mode."""
+
+import pytest
+
+from hw.ckpt.engine import CheckpointEngine
+from hw.ckpt.layouts import (
+    NO_BATCH,
+    CheckpointError,
+    CheckpointPhase,
+    FlagState,
+    OwnWrite,
+)
+from hw.emb.layouts import ErrorCode, Opcode
+
+from ckpt_bench import (
+    BUFFER_LINE,
+    LOG_LINE,
+    META_LINE,
+    TABLE1_LINE,
+    TABLE_LINE,
+    EngineScript,
+    Rig,
+    backdoor_read,
+    backdoor_write,
+    command,
+    configure,
+    fake_engine,
+    line_value,
+    power_cycle,
+    read_group,
+    read_meta,
+    simulate,
+)
+
+LOOKUP_LINES = [TABLE_LINE + 3, BUFFER_LINE, TABLE_LINE + 5, TABLE_LINE + 3,  # 3 again: dup
+                TABLE1_LINE + 2 * 4, TABLE1_LINE + 2 * 4 + 1, TABLE_LINE + 31]
+LOGGED = [TABLE_LINE + 3, TABLE_LINE + 5, TABLE1_LINE + 8, TABLE1_LINE + 9, TABLE_LINE + 31]
+UPDATE_LINES = [TABLE_LINE + 3, TABLE_LINE + 5, TABLE1_LINE + 8, TABLE1_LINE + 9,
+                TABLE_LINE + 31]
+
+
+async def load_tables(ctx, memory):
+    for line in range(TABLE_LINE, TABLE_LINE + 32):
+        await backdoor_write(ctx, memory, line, line_value(line))
+    for line in range(TABLE1_LINE, TABLE1_LINE + 32):
+        await backdoor_write(ctx, memory, line, line_value(line))
+
+
+async def table_image(ctx, memory):
+    return {line: await backdoor_read(ctx, memory, line)
+            for line in [*range(TABLE_LINE, TABLE_LINE + 32),
+                         *range(TABLE1_LINE, TABLE1_LINE + 32)]}
+
+
+def test_parameters_are_validated_with_exact_messages():
+    with pytest.raises(ValueError, match=r"^ID width must be an integer in 3\.\.16, not 2$"):
+        CheckpointEngine(id_width=2)
+    with pytest.raises(ValueError, match=r"^Log buffer depth must be a power of two in "
+                                         r"8\.\.4096, not 12$"):
+        CheckpointEngine(log_buffer_depth=12)
+    with pytest.raises(ValueError, match=r"^Duplicate filter size must be 0 or a power of "
+                                         r"two in 2\.\.4096, not 3$"):
+        CheckpointEngine(dedup_entries=3)
+    with pytest.raises(TypeError, match=r"^Address width must be an integer, not '32'$"):
+        CheckpointEngine(addr_width="32")
+    assert CheckpointEngine(id_width=6).engine_id_limit == 60
+
+
+def test_one_batch_logs_flags_updates_and_commits_in_order():
+    rig = Rig()
+    ckpt, memory = rig.ckpt, rig.memory
+    script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
+    own_writes = []   # (cycle, kind, line) at the memory-side AW handshake
+    b_responses = []  # (cycle, kind)
+
+    async def monitor(ctx):
+        cycle = 0
+        async for _, _, awv, awr, awid, awaddr, bv, br, bid in ctx.tick().sample(
+                ckpt.axi.awvalid, ckpt.axi.awready, ckpt.axi.awid, ckpt.axi.awaddr,
+                ckpt.axi.bvalid, ckpt.axi.bready, ckpt.axi.bid):
+            cycle += 1
+            if awv and awr:
+                own_writes.append((cycle, awid - 12 if awid >= 12 else None, awaddr // 64))
+            if bv and br:
+                b_responses.append((cycle, bid - 12 if bid >= 12 else None))
+
+    async def host(ctx):
+        configure(ctx, ckpt)
+        await load_tables(ctx, memory)
+        before = await table_image(ctx, memory)
+        status = await command(ctx, ckpt, Opcode.RECOVER, 0)
+        assert status.error == ErrorCode.NONE
+        assert ctx.get(ckpt.last_committed) == NO_BATCH
+        meta = await read_meta(ctx, memory)
+        assert meta["superblock"][0] and meta["commit"][0]
+        assert meta["commit"][1].batch == NO_BATCH
+
+        status = await command(ctx, ckpt, Opcode.LOOKUP, 0)
+        assert status.error == ErrorCode.NONE and status.batch == 0
+        assert ctx.get(ckpt.log_open) == 1
+        status = await command(ctx, ckpt, Opcode.UPDATE, 0)
+        assert status.error == ErrorCode.NONE, ctx.get(ckpt.error)
+        assert ctx.get(ckpt.last_committed) == 0
+        assert ctx.get(ckpt.counters.log_duplicates) == 1
+
+        header, data = await read_group(ctx, memory, area=0, group=0)
+        assert header.batch == 0 and header.count == len(LOGGED)
+        assert [int(header.lines[k]) for k in range(len(LOGGED))] == LOGGED
+        for k, line in enumerate(LOGGED):
+            assert data[k] == before[line], f"entry {k}: old value of line {line}"
+        meta = await read_meta(ctx, memory)
+        valid, flag = meta["flag0"]
+        assert valid and flag.state == FlagState.SET and flag.entries == len(LOGGED)
+        assert meta["commit"][1].batch == 0
+        for line in UPDATE_LINES:
+            assert await backdoor_read(ctx, memory, line) == \
+                line_value(line, 100).to_bytes(64, "little")
+
+        # Ordering at the memory port (invariants 1-3).
+        def last(kind, before_cycle=None):
+            return max(c for c, k in b_responses if k == kind
+                       and (before_cycle is None or c < before_cycle))
+        log_aws = [c for c, k, _ in own_writes if k == OwnWrite.LOG.value]
+        flag_aw = next(c for c, k, _ in own_writes if k == OwnWrite.FLAG.value)
+        commit_aw = next(c for c, k, _ in own_writes if k == OwnWrite.COMMIT.value)
+        in_place = [c for c, k, line in own_writes if k is None and line in UPDATE_LINES]
+        assert len(log_aws) == len(LOGGED) + 1  # entries + the header
+        assert last(OwnWrite.LOG.value) < flag_aw
+        assert last(OwnWrite.FLAG.value) < min(in_place)
+        engine_bs = [c for c, k in b_responses if k is None]
+        assert max(engine_bs) < commit_aw
+
+    simulate_with_monitor(rig, host, monitor, script)
+
+
+def simulate_with_monitor(rig, host, monitor, script):
+    ckpt = rig.ckpt
+
+    async def engine(ctx):
+        await fake_engine(ctx, ckpt, script)
+
+    async def watch(ctx):
+        await monitor(ctx)
+
+    simulate(rig, host, processes=[engine, watch])
+
+
+@pytest.mark.parametrize(("seed", "keep"), [(1, 0), (2, 128), (3, 255)])
+def test_power_failure_during_update_rolls_back_and_recovery_is_idempotent(seed, keep):
+    rig = Rig()
+    ckpt, memory = rig.ckpt, rig.memory
+    script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
+
+    async def engine(ctx):
+        await fake_engine(ctx, ckpt, script)
+
+    async def host(ctx):
+        configure(ctx, ckpt)
+        await load_tables(ctx, memory)
+        before = await table_image(ctx, memory)
+        assert (await command(ctx, ckpt, Opcode.RECOVER, 0)).error == ErrorCode.NONE
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
+        # UPDATE(0); power fails after the engine's third in-place write was accepted.
+        ctx.set(ckpt.cmd.payload.opcode, Opcode.UPDATE)
+        ctx.set(ckpt.cmd.payload.batch, 0)
+        ctx.set(ckpt.cmd.valid, 1)
+        await ctx.tick().until(ckpt.cmd.ready)
+        ctx.set(ckpt.cmd.valid, 0)
+        while sum(1 for _, kind, _ in script.events if kind == "aw") < 3:
+            await ctx.tick()
+        assert ctx.get(ckpt.phase) == CheckpointPhase.UPDATE
+        await power_cycle(ctx, rig, seed=seed, keep=keep)
+        assert ctx.get(ckpt.phase) == CheckpointPhase.DETACHED
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 1)).error == ErrorCode.BAD_OPCODE
+        assert ctx.get(ckpt.error) == CheckpointError.NOT_RECOVERED
+
+        status = await command(ctx, ckpt, Opcode.RECOVER, 0)
+        assert status.error == ErrorCode.NONE
+        assert ctx.get(ckpt.last_committed) == NO_BATCH
+        assert ctx.get(ckpt.rolled_back) == 1
+        assert ctx.get(ckpt.restored_entries) == len(LOGGED)
+        assert ctx.get(ckpt.recovery_cycles) > 0
+        assert await table_image(ctx, memory) == before
+        meta = await read_meta(ctx, memory)
+        assert meta["flag0"][1].state == FlagState.ROLLED_BACK
+
+        # A second recovery finds nothing to do and changes nothing.
+        status = await command(ctx, ckpt, Opcode.RECOVER, 0)
+        assert status.error == ErrorCode.NONE and ctx.get(ckpt.rolled_back) == 0
+        assert await table_image(ctx, memory) == before
+
+        # Training resumes at batch 0.
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
+        assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.last_committed) == 0
+
+    simulate(rig, host, processes=[engine])
+
+
+def test_power_failure_during_recovery_then_recovery_again():
+    rig = Rig()
+    ckpt, memory = rig.ckpt, rig.memory
+    script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
+
+    async def engine(ctx):
+        await fake_engine(ctx, ckpt, script)
+
+    async def host(ctx):
+        configure(ctx, ckpt)
+        await load_tables(ctx, memory)
+        before = await table_image(ctx, memory)
+        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        await command(ctx, ckpt, Opcode.LOOKUP, 0)
+        ctx.set(ckpt.cmd.payload.opcode, Opcode.UPDATE)
+        ctx.set(ckpt.cmd.valid, 1)
+        await ctx.tick().until(ckpt.cmd.ready)
+        ctx.set(ckpt.cmd.valid, 0)
+        while sum(1 for _, kind, _ in script.events if kind == "aw") < len(UPDATE_LINES):
+            await ctx.tick()
+        await power_cycle(ctx, rig, seed=5, keep=255)
+        for delay in (40, 80, 120):
+            ctx.set(ckpt.cmd.payload.opcode, Opcode.RECOVER)
+            ctx.set(ckpt.cmd.valid, 1)
+            await ctx.tick().until(ckpt.cmd.ready)
+            ctx.set(ckpt.cmd.valid, 0)
+            await ctx.tick().repeat(delay)
+            await power_cycle(ctx, rig, seed=delay, keep=128)
+        assert (await command(ctx, ckpt, Opcode.RECOVER, 0)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.last_committed) == NO_BATCH
+        assert await table_image(ctx, memory) == before
+
+    simulate(rig, host, processes=[engine])
+
+
+def test_refusals_change_nothing():
+    rig = Rig()
+    ckpt, memory = rig.ckpt, rig.memory
+    script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
+
+    async def engine(ctx):
+        await fake_engine(ctx, ckpt, script)
+
+    async def host(ctx):
+        configure(ctx, ckpt)
+        await load_tables(ctx, memory)
+
+        async def refused(opcode, batch, reason):
+            status = await command(ctx, ckpt, opcode, batch)
+            assert status.error == ErrorCode.BAD_OPCODE, (opcode, batch)
+            assert ctx.get(ckpt.error) == reason, (opcode, batch, ctx.get(ckpt.error))
+
+        await refused(Opcode.UPDATE, 0, CheckpointError.NOT_RECOVERED)
+        await refused(Opcode.SNAPSHOT, 3, CheckpointError.NOT_RECOVERED)
+        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        await refused(Opcode.LOOKUP, 1, CheckpointError.OUT_OF_ORDER)
+        await refused(Opcode.UPDATE, 0, CheckpointError.OUT_OF_ORDER)  # no LOOKUP(0) yet
+        assert (await command(ctx, ckpt, Opcode.NOP, 9)).error == ErrorCode.NONE
+        assert script.events == []
+        await command(ctx, ckpt, Opcode.LOOKUP, 0)
+        await refused(Opcode.UPDATE, 1, CheckpointError.OUT_OF_ORDER)
+        await command(ctx, ckpt, Opcode.UPDATE, 0)
+        await refused(Opcode.SNAPSHOT, 1, CheckpointError.NOT_SNAPSHOT_BATCH)  # K = 4
+        await refused(Opcode.SNAPSHOT, 3, CheckpointError.SNAPSHOT_ORDER)      # 3 > c = 0
+        status = await command(ctx, ckpt, 9, 0)
+        assert status.error == ErrorCode.BAD_OPCODE
+
+    simulate(rig, host, processes=[engine])
+
+
+def test_snapshots_alternate_and_recovery_reports_the_newest():
+    rig = Rig()
+    ckpt, memory = rig.ckpt, rig.memory
+    script = EngineScript(lookup_lines=[TABLE_LINE], update_lines=[TABLE_LINE])
+
+    async def engine(ctx):
+        await fake_engine(ctx, ckpt, script)
+
+    async def host(ctx):
+        configure(ctx, ckpt, interval=2)
+        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        assert ctx.get(ckpt.snapshot_valid) == 0 and ctx.get(ckpt.next_snapshot_slot) == 1
+        assert (await command(ctx, ckpt, Opcode.SNAPSHOT, NO_BATCH)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.snapshot_slot) == 1 and ctx.get(ckpt.snapshot_batch) == NO_BATCH
+        assert ctx.get(ckpt.next_snapshot_slot) == 0
+        for batch in range(6):
+            await command(ctx, ckpt, Opcode.LOOKUP, batch)
+            await command(ctx, ckpt, Opcode.UPDATE, batch)
+            if batch % 2 == 1:
+                slot = ctx.get(ckpt.next_snapshot_slot)
+                assert slot == (batch // 2) % 2   # sw_model.checkpoint.snapshot_slot
+                status = await command(ctx, ckpt, Opcode.SNAPSHOT, batch)
+                assert status.error == ErrorCode.NONE, ctx.get(ckpt.error)
+                assert ctx.get(ckpt.snapshot_batch) == batch
+                assert ctx.get(ckpt.snapshot_slot) == slot
+        await power_cycle(ctx, rig)
+        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        assert ctx.get(ckpt.last_committed) == 5
+        assert ctx.get(ckpt.snapshot_batch) == 5 and ctx.get(ckpt.snapshot_slot) == 0
+        meta = await read_meta(ctx, memory)
+        assert meta["snap1"][1].batch == 3 and meta["snap0"][1].batch == 5
+
+    simulate(rig, host, processes=[engine])
+
+
+def test_gpf_drains_the_log_and_cuts_the_batch():
+    rig = Rig(log_buffer_depth=8)
+    ckpt, memory = rig.ckpt, rig.memory
+    script = EngineScript(lookup_lines=LOGGED * 3, update_lines=UPDATE_LINES)
+
+    async def engine(ctx):
+        await fake_engine(ctx, ckpt, script)
+
+    async def host(ctx):
+        configure(ctx, ckpt)
+        # A slow memory, so the log is still draining when GPF comes.
+        for name, value in (("write_rate_num", 1), ("write_rate_den", 20)):
+            ctx.set(getattr(memory, name), value)
+        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        await command(ctx, ckpt, Opcode.LOOKUP, 0)
+        assert ctx.get(ckpt.log_pending) == 1
+        ctx.set(ckpt.gpf, 1)
+        await ctx.tick().until(ckpt.gpf_done)
+        assert ctx.get(ckpt.log_pending) == 0 and ctx.get(memory.pending) == 0
+        assert ctx.get(ckpt.gpf_drain_cycles) > 0
+        ctx.set(ckpt.gpf, 0)
+        await ctx.tick()
+        await command(ctx, ckpt, Opcode.UPDATE, 0)  # the log is complete: GPF came after
+        assert ctx.get(ckpt.last_committed) == 0
+
+    simulate(rig, host, processes=[engine])
+
+
+def test_logging_disabled_passes_commands_through():
+    rig = Rig()
+    ckpt, memory = rig.ckpt, rig.memory
+    script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
+
+    async def engine(ctx):
+        await fake_engine(ctx, ckpt, script)
+
+    async def host(ctx):
+        configure(ctx, ckpt, logging=False)
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 7)).error == ErrorCode.NONE
+        assert (await command(ctx, ckpt, Opcode.UPDATE, 7)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.counters.own_writes) == 0
+        assert await backdoor_read(ctx, memory, META_LINE) == bytes(64)
+        assert await backdoor_read(ctx, memory, LOG_LINE) == bytes(64)
+
+    simulate(rig, host, processes=[engine])
+
+
+def test_failed_update_needs_recovery():
+    rig = Rig()
+    ckpt, memory = rig.ckpt, rig.memory
+    script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES,
+                          update_error=True)
+
+    async def engine(ctx):
+        await fake_engine(ctx, ckpt, script)
+
+    async def host(ctx):
+        configure(ctx, ckpt)
+        await load_tables(ctx, memory)
+        before = await table_image(ctx, memory)
+        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        await command(ctx, ckpt, Opcode.LOOKUP, 0)
+        status = await command(ctx, ckpt, Opcode.UPDATE, 0)
+        assert status.error == ErrorCode.BUS_ERROR
+        assert ctx.get(ckpt.error) == CheckpointError.UPDATE_FAILED
+        assert ctx.get(ckpt.phase) == CheckpointPhase.FAILED
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.BAD_OPCODE
+        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        assert ctx.get(ckpt.rolled_back) == 1
+        assert await table_image(ctx, memory) == before
+
+    simulate(rig, host, processes=[engine])

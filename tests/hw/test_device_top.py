@@ -1,0 +1,69 @@
+"""The device top's parameters (exact messages), its ports, the preset configurations, and
+its place in the top registry. Its behaviour is tested in Verilator (tb/device)."""
+
+import pytest
+
+from hw.device import TrainingCxlDevice, checkpoint_engine_available, device_params
+from hw.tops import TOPS, designs_for
+from sw_model.presets import PRESETS, get_preset
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"addr_width": 15}, r"Address width must be an integer in 16\.\.52, not 15"),
+    ({"addr_width": 53}, r"Address width must be an integer in 16\.\.52, not 53"),
+    ({"channels": 3}, r"Channel count must be one of 1, 2, 4, not 3"),
+    ({"command_queue_depth": 0}, r"Command queue depth must be an integer in 1\.\.16, not 0"),
+    ({"completion_queue_depth": 17},
+     r"Completion queue depth must be an integer in 1\.\.16, not 17"),
+    ({"id_width": 5, "outstanding_reads": 32},
+     r"Outstanding reads \(32\) plus 3 stream IDs need more than 5 ID bits"),
+    ({"num_decoders": 11}, r"Decoder count must be an integer in 1\.\.10, not 11"),
+    ({"num_protected": 0}, r"Protected range count must be an integer in 1\.\.16, not 0"),
+])
+def test_parameter_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TrainingCxlDevice(**kwargs)
+
+
+def test_checkpointing_must_be_a_bool():
+    with pytest.raises(TypeError, match=r"checkpointing must be a bool, not 1"):
+        TrainingCxlDevice(checkpointing=1)
+
+
+@pytest.mark.skipif(checkpoint_engine_available(), reason="the checkpoint engine exists")
+def test_checkpointing_needs_the_checkpoint_engine():
+    with pytest.raises(ValueError, match=r"Checkpointing needs the CheckpointEngine "
+                                         r"\(hw/ckpt/engine\.py\), which is not in this tree yet"):
+        TrainingCxlDevice(checkpointing=True)
+
+
+@pytest.mark.parametrize("channels", [1, 2, 4])
+def test_ports(channels):
+    device = TrainingCxlDevice(channels=channels, addr_width=20, id_width=6)
+    members = device.signature.members
+    assert set(members) == {"m2s_req", "m2s_rwd", "s2m_ndr", "s2m_drs", "csr", "mem", "irq"}
+    assert len(device.mem) == channels
+    memory = members["mem"].signature
+    assert memory.addr_width == 20 - (channels.bit_length() - 1)
+    assert memory.data_width == 512
+    # one channel: the manager's ID plus a manager bit; more: a 16-slot reorder ring + 1 bit
+    assert memory.id_width == (7 if channels == 1 else 5)
+    assert members["csr"].signature.addr_width == device.register_map.addr_width
+    assert device.memory_bytes == 1 << 20
+
+
+def test_presets_configure_a_device():
+    for preset in PRESETS.values():
+        params = device_params(preset)
+        assert params["max_tables"] == preset.num_tables and params["max_dim"] == preset.dim
+        indices = preset.batch_size * preset.num_tables * preset.max_bag
+        assert params["index_buffer_depth"] >= indices   # one pass per command
+        TrainingCxlDevice(**params)
+    assert device_params(get_preset("tiny"))["addr_width"] == 18
+
+
+def test_the_device_is_a_top():
+    assert "device" in TOPS
+    (design,) = designs_for(get_preset("tiny"), ["device"])
+    assert design.factory == "hw.device:TrainingCxlDevice"
+    assert design.params == device_params(get_preset("tiny"))
