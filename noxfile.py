@@ -7,6 +7,9 @@
     nox -s lint                 ruff, and verilator --lint-only over every generated top
     nox -s rtl -- tiny          Verilog + JSON sidecars of every top for a preset
     nox -s synth -- --board ulx3s-85f   ECP5 bitstream + Fmax/utilisation (YoWASP toolchain)
+    nox -s bench -- lookup      benchmarks from the RTL (ratios printed, JSON written)
+    nox -s formal               SymbiYosys proofs of the checkpoint ordering invariants
+    nox -s crash -- --trials 50 power-fail campaign against the checkpoint oracle
 """
 
 
@@ -84,6 +87,28 @@ def synth(session):
         session.run("python", "-m", "boards.blocks", *session.posargs[1:], env=ENV)
     else:
         session.run("python", "-m", "boards.synth", *session.posargs, env=ENV)
+
+
+@nox.session
+def bench(session):
+    """Benchmarks from the RTL in Verilator (print ratios, write build/bench/*.json):
+    `nox -s bench -- lookup`; `nox -s bench` lists them."""
+    _install(session, "sim")
+    session.run("python", "-m", "bench", *session.posargs, env=ENV)
+
+
+@nox.session
+def formal(session):
+    """SymbiYosys proofs of the checkpoint ordering invariants (yowasp-sby + z3)."""
+    _install(session, "fpga")
+    session.run("python", "-m", "hw.ckpt.formal", *session.posargs, env=ENV)
+
+
+@nox.session
+def crash(session):
+    """Power-fail campaign: `nox -s crash -- --trials N --seed S` -> build/crash/results.json."""
+    _install(session, "sim")
+    session.run("python", "-m", "tb.ckpt.crash", *session.posargs, env=ENV)
 
 
 @nox.session
