@@ -66,25 +66,33 @@ def _fp_add():
     return FPAdd()
 
 
-def _fp_mul():
-    from hw.fp import FPMul
-    return FPMul()
+# The multipliers are measured with their ECP5 mapping (MULT18X18D cells with their own input
+# and output registers), requested explicitly rather than left to the platform; fp_mul_generic
+# keeps the portable `*` mapping for comparison.
+def _fp_mul(dsp="ecp5"):
+    def make():
+        from hw.fp import FPMul
+        return FPMul(dsp=dsp)
+    return make
 
 
 def _fp_lanes(op, lanes):
     def make():
         from hw.fp import FPLanes
-        return FPLanes(op=op, lanes=lanes)
+        return FPLanes(op=op, lanes=lanes, **({"dsp": "ecp5"} if op == "mul" else {}))
     return make
 
 
 BLOCKS = {block.name: block for block in (
     Block("fp_add", "FP32 adder/subtractor (RNE, subnormals)", _fp_add),
-    Block("fp_mul", "FP32 multiplier (RNE, subnormals)", _fp_mul),
+    Block("fp_mul", "FP32 multiplier (RNE, subnormals; registered MULT18X18D)", _fp_mul()),
+    Block("fp_mul_generic", "FP32 multiplier with `*` partial products (unregistered DSPs)",
+          _fp_mul("generic")),
     Block("fp_lanes4_add", "4 lanes of FP32 add", _fp_lanes("add", 4)),
-    Block("fp_lanes4_mul", "4 lanes of FP32 multiply", _fp_lanes("mul", 4)),
+    Block("fp_lanes4_mul", "4 lanes of FP32 multiply (registered MULT18X18D)",
+          _fp_lanes("mul", 4)),
     Block("fp_lanes16_add", "16 lanes of FP32 add (one 512-bit line)", _fp_lanes("add", 16)),
-    Block("fp_lanes16_mul", "16 lanes of FP32 multiply (one 512-bit line)",
+    Block("fp_lanes16_mul", "16 lanes of FP32 multiply (one 512-bit line; registered MULT18X18D)",
           _fp_lanes("mul", 16)),
 )}
 

@@ -13,8 +13,9 @@ inputs, so one Verilator build serves every profile:
   last beat. A write is *persistent once its B response has been sent* (the handshake).
 * **Power failure**: raising ``power_fail`` freezes the AXI port; then every beat written but
   not yet acknowledged either persists or is lost, independently, by a xorshift32 generator
-  seeded from ``fail_seed`` (a beat persists when the draw's low byte is below
-  ``fail_keep``: 0 loses them all, 255 keeps almost all). Lost beats get their old contents
+  seeded from ``fail_seed`` (a beat persists when the draw's low byte is below ``fail_keep``,
+  or always if ``fail_keep`` is 255: 0 loses them all, 255 keeps them all; see
+  :func:`power_fail_verdicts`). Lost beats get their old contents
   back, newest first, and a lost beat never undoes a newer kept write to the same line, so the
   image is exactly "the persistent data plus a seeded subset of the unacknowledged beats"
   (tearing at beat granularity). ``powered_down`` rises when the image is final; the design
@@ -39,7 +40,7 @@ from amaranth.utils import ceil_log2
 
 from hw.mem.axi import AXI4Signature
 
-__all__ = ["DRAM", "PMEM", "PROFILES", "MemoryProfile", "PmemModel"]
+__all__ = ["DRAM", "PMEM", "PROFILES", "MemoryProfile", "PmemModel", "power_fail_verdicts"]
 
 _LINE_BITS = 512
 
@@ -90,6 +91,24 @@ DRAM = MemoryProfile("dram", read_latency=20, write_latency=10, read_rate=(1, 1)
 PMEM = DRAM.scaled("pmem", read_latency=3, write_latency=7, read_bandwidth=Fraction(3, 5),
                    write_bandwidth=Fraction(1, 10))
 PROFILES = {profile.name: profile for profile in (DRAM, PMEM)}
+
+
+def _xorshift32(value: int) -> int:
+    value ^= (value << 13) & 0xFFFF_FFFF
+    value ^= value >> 17
+    value ^= (value << 5) & 0xFFFF_FFFF
+    return value
+
+
+def power_fail_verdicts(seed: int, keep: int, count: int) -> list[bool]:
+    """Whether each of ``count`` unacknowledged beats persists, newest first (the model's
+    generator, in Python)."""
+    state = seed if seed else 0x9E3779B9
+    verdicts = []
+    for _ in range(count):
+        state = _xorshift32(state)
+        verdicts.append(keep == 255 or (state & 0xFF) < keep)
+    return verdicts
 
 
 def _token_bucket(m, name, num, den, take):
@@ -378,7 +397,7 @@ class PmemModel(wiring.Component):
                     line = ring_lines[index]
                     shadowed = Cat(kept[k] & (ring_lines[k] == line)
                                    for k in range(self._pending)).any()
-                    keep = xorshift[:8] < self.fail_keep
+                    keep = (xorshift[:8] < self.fail_keep) | (self.fail_keep == 255)
                     m.d.comb += ring_read.addr.eq(index)
                     m.d.sync += [rng.eq(xorshift), walk.eq(walk - 1), restore_line.eq(line)]
                     with m.If(keep):

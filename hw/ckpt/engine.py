@@ -587,6 +587,12 @@ class CheckpointEngine(wiring.Component):
                 with m.If(self.engine_done.valid):
                     m.d.sync += [reply.eq(self.engine_done.payload), log_open.eq(1),
                                  log_batch.eq(batch)]
+                    m.next = "LookupDrain"
+            with m.State("LookupDrain"):
+                # The engine's output writes are complete before the status goes back (so
+                # none of them can still be on its way when UPDATE opens the gate again).
+                m.d.comb += phase.eq(CheckpointPhase.LOOKUP)
+                with m.If(join.engine_outstanding == 0):
                     m.next = "Reply"
 
             # --- UPDATE(N): seal, flag, update, commit -------------------------------------------

@@ -53,8 +53,9 @@ class FPMul(wiring.Component):
     named register boundary:
 
     ================ ============================================================================
-    ``classify``     unpack and classify; leading zeros of subnormal fractions; exponent sum
-    ``prenormalize`` shift subnormal significands left; total shift and biased exponent
+    ``classify``     unpack and classify; leading zeros of subnormal fractions and the
+                     multiple-of-8 part of their left shift; exponent sum
+    ``prenormalize`` the rest of the left shift (0 to 7); total shift and biased exponent
     ``multiply``     four 12x12 partial products (one MULT18X18D each); result exponent
     ``product``      carry-save add of the partial products, then one carry chain; exponent,
                      underflow shift and overflow for both positions of the leading one
@@ -103,9 +104,10 @@ class FPMul(wiring.Component):
     BOUNDARIES = ("classify", "prenormalize", "multiply", "product", "normalize", "denormalize",
                   "output")
 
-    #: Register boundaries at each depth (index = depth). At the full depth every step gets its
-    #: own stage; shallower pipelines merge adjacent steps into the most even groups by the
-    #: measured ECP5 delays (the DSP stage is the slowest, about 7.5 ns).
+    #: Register boundaries at each depth (index = depth), the same for both ``dsp`` mappings.
+    #: At the full depth every step gets its own stage; shallower pipelines merge adjacent
+    #: steps into the most even groups by the measured ECP5 delays (with the generic mapping
+    #: the DSP stage is the slowest, about 7.1 ns).
     CUTS = (
         (),
         ("output",),
@@ -118,8 +120,10 @@ class FPMul(wiring.Component):
          "output"),
     )
 
-    #: About 133 MHz on ECP5-85F speed grade 6, set by the combinational MULT18X18D path
-    #: (registers in fabric on both sides); every other stage is faster than 150 MHz.
+    #: On ECP5-85F speed grade 6 (``python -m boards.blocks``): with ``dsp="ecp5"`` a single
+    #: unit reaches about 168 MHz (limited by ``classify``), 16 lanes about 113 MHz (limited by
+    #: the routing from the 64 DSP blocks into the ``product`` carry chain, 4.7 ns). With
+    #: ``dsp="generic"`` the unregistered MULT18X18D path limits one unit to about 142 MHz.
     DEFAULT_STAGES = 7
 
     def __init__(self, *, stages=None, dsp=None):
@@ -161,14 +165,19 @@ class FPMul(wiring.Component):
         # classify: a subnormal significand is its fraction shifted left by one (see
         # UNPACKED), so its leading zeros are those of the 23-bit fraction, counted straight
         # from the input bits in parallel with unpacking. Normal significands have none.
+        # The multiple-of-8 part of the normalizing shift is applied here already, from its
+        # own zero detectors, which are shallower than the count; prenormalize shifts by the
+        # rest (the count's low three bits), keeping that stage short in front of the DSPs.
         a = unpack(m, self.i.payload.a, name="a")
         b = unpack(m, self.i.payload.b, name="b")
         a_fraction_zeros = leading_zeros(m, self.i.payload.a[:23], name="a_fraction_zeros")
         b_fraction_zeros = leading_zeros(m, self.i.payload.b[:23], name="b_fraction_zeros")
         s = pipe.boundary(
             "classify",
-            a_significand=a.significand, a_zeros=Mux(a.exponent == 0, a_fraction_zeros, 0),
-            b_significand=b.significand, b_zeros=Mux(b.exponent == 0, b_fraction_zeros, 0),
+            a_significand=_shift_by_eighths(m, a, self.i.payload.a[:23], name="a_coarse"),
+            a_zeros=Mux(a.exponent == 0, a_fraction_zeros, 0),
+            b_significand=_shift_by_eighths(m, b, self.i.payload.b[:23], name="b_coarse"),
+            b_zeros=Mux(b.exponent == 0, b_fraction_zeros, 0),
             exponent_sum=a.exponent + b.exponent,
             sign=a.sign ^ b.sign,
             is_inf=a.is_inf | b.is_inf,
@@ -178,8 +187,8 @@ class FPMul(wiring.Component):
         # prenormalize: after the shift each nonzero significand is in [2**23, 2**24), so a
         # nonzero product is in [2**46, 2**48). A zero operand stays zero and gives a zero
         # product (its exponent is then low enough never to signal overflow).
-        a_significand = (s.a_significand << s.a_zeros)[:24]
-        b_significand = (s.b_significand << s.b_zeros)[:24]
+        a_significand = (s.a_significand << s.a_zeros[:3])[:24]
+        b_significand = (s.b_significand << s.b_zeros[:3])[:24]
         fields = dict(
             zeros=s.a_zeros + s.b_zeros,
             biased_exponent_sum=s.exponent_sum - 126,
@@ -280,6 +289,20 @@ class FPMul(wiring.Component):
             self.o.valid.eq(delay(m, self.i.valid, self.latency, name="valid")),
         ]
         return m
+
+
+def _shift_by_eighths(m, operand, fraction, *, name):
+    """The :data:`UNPACKED` ``operand``'s significand shifted left by its leading zeros rounded
+    down to a multiple of 8 (0, 8 or 16): for a subnormal, ``leading_zeros(fraction) & 24``,
+    found by checking the top 16 and top 8 bits of the 23-bit ``fraction`` for zeros; a normal
+    significand is not shifted. The bits shifted out are zeros, so 24 bits keep the value."""
+    subnormal = operand.exponent == 0
+    top_16_zero = ~fraction[23 - 16:].any()
+    top_8_zero = ~fraction[23 - 8:].any()
+    significand = operand.significand
+    return wire(m, Mux(subnormal & top_16_zero, significand << 16,
+                       Mux(subnormal & top_8_zero, significand << 8, significand))[:24],
+                name=name)
 
 
 def _ecp5_product(m, a, b, *, name, register_inputs, register_output):

@@ -92,9 +92,11 @@ def line_value(line, salt=0) -> int:
 
 async def command(ctx, ckpt, opcode, batch, *, tables=2, timeout=20000):
     """Send one command and return its status (a data.Const of status_layout)."""
-    payload = command_layout(ADDR_WIDTH).const({"opcode": opcode, "batch": batch,
+    # Opcodes outside the enum (to test refusals) are packed by hand: field 0, 4 bits.
+    raw = opcode.value if isinstance(opcode, Opcode) else int(opcode)
+    payload = command_layout(ADDR_WIDTH).const({"opcode": Opcode.NOP, "batch": batch,
                                                 "tables": tables})
-    ctx.set(ckpt.cmd.payload, payload)
+    ctx.set(ckpt.cmd.payload.as_value(), payload.as_bits() | raw)
     ctx.set(ckpt.cmd.valid, 1)
     await ctx.tick().until(ckpt.cmd.ready)
     ctx.set(ckpt.cmd.valid, 0)

@@ -8,10 +8,11 @@ contract and the one-result-per-cycle throughput.
 
 import numpy as np
 import pytest
-from amaranth.hdl import ClockDomain, Module, Value, unsigned
+from amaranth.hdl import ClockDomain, Fragment, Instance, Module, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
+from amaranth.vendor import LatticePlatform
 
 from hw.fp import ADD_OPERANDS, MUL_OPERANDS, QUIET_NAN, FPAdd, FPLanes, FPMul
 from tb.fp.vectors import (
@@ -171,6 +172,24 @@ def test_default_latency_and_cuts():
      "Tag width must be an integer, not '8'"),
     (lambda: FPLanes(op="add", tag_width=-1), ValueError,
      "Tag width must be at least 0, not -1"),
+    (lambda: FPMul(dsp="xilinx"), ValueError,
+     "DSP mapping must be None, 'ecp5' or 'generic', not 'xilinx'"),
+    (lambda: FPMul(dsp="ECP5"), ValueError,
+     "DSP mapping must be None, 'ecp5' or 'generic', not 'ECP5'"),
+    (lambda: FPMul(dsp=""), ValueError,
+     "DSP mapping must be None, 'ecp5' or 'generic', not ''"),
+    (lambda: FPMul(dsp=1), TypeError,
+     "DSP mapping must be None or a string, not 1"),
+    (lambda: FPMul(dsp=True), TypeError,
+     "DSP mapping must be None or a string, not True"),
+    (lambda: FPLanes(op="mul", dsp="ice40"), ValueError,
+     "DSP mapping must be None, 'ecp5' or 'generic', not 'ice40'"),
+    (lambda: FPLanes(op="mul", dsp=b"ecp5"), TypeError,
+     "DSP mapping must be None or a string, not b'ecp5'"),
+    (lambda: FPLanes(op="add", dsp="ecp5"), ValueError,
+     "DSP mapping applies only to op='mul', not 'add'"),
+    (lambda: FPLanes(op="add", dsp="generic"), ValueError,
+     "DSP mapping applies only to op='mul', not 'add'"),
 ])
 def test_constructor_errors(make, error, message):
     with pytest.raises(error) as info:
@@ -184,7 +203,84 @@ def test_parameters_are_keyword_only():
     with pytest.raises(TypeError):
         FPMul(3)
     with pytest.raises(TypeError):
+        FPMul(None, "ecp5")
+    with pytest.raises(TypeError):
         FPLanes("add")
+
+
+# --- DSP mapping of the multiplier -----------------------------------------------------------
+
+
+class _ECP5(LatticePlatform):
+    device, package, speed = "LFE5U-25F", "BG256", "6"
+    resources, connectors = [], []
+
+
+class _MachXO2(LatticePlatform):
+    device, package, speed = "LCMXO2-1200HC", "TG144", "4"
+    resources, connectors = [], []
+
+
+def dsp_cells(dut, platform=None):
+    """The MULT18X18D instances of ``dut`` elaborated for ``platform``, as
+    ``(input registered, output registered)`` pairs."""
+    cells = []
+
+    def walk(fragment):
+        if isinstance(fragment, Instance):
+            if fragment.type == "MULT18X18D":
+                parameters = fragment.parameters
+                assert parameters["REG_INPUTA_CLK"] == parameters["REG_INPUTB_CLK"]
+                assert parameters["REG_PIPELINE_CLK"] == "NONE"
+                cells.append((parameters["REG_INPUTA_CLK"] == "CLK0",
+                              parameters["REG_OUTPUT_CLK"] == "CLK0"))
+            return
+        for subfragment, _name, _src_loc in fragment.subfragments:
+            walk(subfragment)
+
+    walk(Fragment.get(dut, platform))
+    return cells
+
+
+def test_dsp_defaults_to_automatic():
+    assert FPMul().dsp is None
+    assert FPLanes(op="mul").dsp is None
+    assert FPLanes(op="add").dsp is None
+    assert FPLanes(op="mul", dsp="ecp5").dsp == "ecp5"
+    assert FPMul(dsp="generic").dsp == "generic"
+
+
+@pytest.mark.parametrize(("dsp", "platform", "expected"), [
+    (None, None, "generic"),          # simulation and platform-less Verilog: plain `*`
+    (None, _ECP5(), "ecp5"),
+    (None, _MachXO2(), "generic"),    # a Lattice platform, but not ECP5
+    ("generic", _ECP5(), "generic"),
+    ("ecp5", None, "ecp5"),
+])
+def test_dsp_mapping_by_platform(dsp, platform, expected):
+    dut = FPMul(dsp=dsp)
+    assert dut.dsp_for(platform) == expected
+    assert len(dsp_cells(dut, platform)) == (4 if expected == "ecp5" else 0)
+
+
+@pytest.mark.parametrize("stages", range(8))
+def test_dsp_registers_replace_the_cut_registers(stages):
+    # Both mappings have the same latency and cuts; the DSP blocks' own input registers stand
+    # for the `prenormalize` cut and their output registers for the `multiply` cut.
+    ecp5, generic = FPMul(stages=stages, dsp="ecp5"), FPMul(stages=stages, dsp="generic")
+    assert ecp5.latency == generic.latency == stages
+    assert ecp5.cuts == generic.cuts == FPMul.CUTS[stages]
+    cuts = FPMul.CUTS[stages]
+    assert dsp_cells(ecp5) == [("prenormalize" in cuts, "multiply" in cuts)] * 4
+    assert dsp_cells(generic) == []
+
+
+def test_lanes_pass_the_dsp_mapping_on():
+    assert len(dsp_cells(FPLanes(op="mul", lanes=3, dsp="ecp5"))) == 12
+    assert len(dsp_cells(FPLanes(op="mul", lanes=3), _ECP5())) == 12
+    assert dsp_cells(FPLanes(op="mul", lanes=3)) == []   # what the engines simulate
+    assert dsp_cells(FPLanes(op="mul", lanes=3, dsp="generic"), _ECP5()) == []
+    assert FPLanes(op="mul", lanes=3, stages=4, dsp="ecp5").latency == 4
 
 
 # --- arithmetic at the default depth ---------------------------------------------------------
@@ -235,6 +331,24 @@ def test_signed_zeros_and_cancellation():
     got = run_unit(FPMul(), np.array([pos, neg, neg, pos], dtype=np.uint32),
                    np.array([neg, neg, one, one | neg], dtype=np.uint32))
     assert list(got) == [neg, pos, neg, neg]
+
+
+@pytest.mark.parametrize("stages", [0, 1, 3, 7])
+def test_subnormal_operand_at_every_leading_zero_count(stages):
+    # The normalizing shift is split into a multiple of 8 (classify) and the rest
+    # (prenormalize): walk the leading one of a subnormal operand through every position,
+    # with fractions below it all zero, all one and random, against normals of both orders.
+    rng = np.random.default_rng(23)
+    subnormals = []
+    for position in range(23):
+        top = 1 << position
+        subnormals += [top, top | (top - 1), top | (int(rng.integers(0, 1 << 23)) & (top - 1))]
+    normals = [0x3F80_0000, 0x3FFF_FFFF, 0x5A12_3456, 0x7F7F_FFFF, 0x4B80_0001, 0x0080_0000]
+    pairs = [(x | sign, y) for x in subnormals for y in normals for sign in (0, 0x8000_0000)]
+    pairs += [(y, x) for x, y in pairs]
+    a, b = (np.array(column, dtype=np.uint32) for column in zip(*pairs, strict=True))
+    got = run_unit(FPMul(stages=stages), a, b)
+    assert_results(a, b, got, expected_results(a, b, "mul"), "mul")
 
 
 # --- every depth -----------------------------------------------------------------------------

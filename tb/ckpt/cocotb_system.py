@@ -1,0 +1,189 @@
+"""cocotb tests of the checkpointed system in Verilator: EmbeddingEngine + CheckpointEngine +
+PMEM model (``pmem`` profile), training the tiny preset with the host MLPs in NumPy.
+
+One power failure per test, at a seeded cycle inside one phase (lookup with logging, update,
+commit, snapshot, recovery itself), with torn writes from the PMEM model; after it: reset,
+RECOVER, check memory against ``CheckpointOracle.recovered_state`` (tables after the last
+committed batch, MLP snapshot as reported), resume to the end of the run, and check the final
+tables bit for bit against ``CheckpointOracle.continue_training``.
+"""
+
+import random
+
+import cocotb
+
+from hw.ckpt.layouts import CheckpointPhase
+from hw.emb.layouts import LINE_BYTES, ErrorCode, Opcode
+from sim.rtl import design_from_env
+from sw_model.checkpoint import CheckpointOracle, Phase, first_table_difference
+from sw_model.presets import get_preset
+from tb.common import reset, start_clock
+
+from .host import Device, FailurePlan, MemoryMap, Trainer
+
+BATCHES = 12
+
+
+class Bench:
+    """Fresh memory image, configured device, initial state loaded."""
+
+    def __init__(self, dut, preset):
+        self.params = design_from_env().params
+        self.preset = preset
+        self.device = Device(dut, addr_width=self.params["addr_width"],
+                             max_tables=self.params["max_tables"],
+                             num_regions=self.params["num_regions"])
+        mlp_floats = Trainer.mlp_floats(preset)
+        self.layout = MemoryMap.for_preset(preset, mlp_floats)
+        memory_bytes = self.params["memory_lines"] * LINE_BYTES
+        assert self.layout.end <= memory_bytes, (self.layout.end, memory_bytes)
+        self.device.configure(preset, self.layout, memory_bytes)
+        self.device.set_profile("pmem")
+        self.trainer = Trainer(self.device, preset, self.layout,
+                               max_unique_rows=self.params["max_unique_rows"],
+                               log=dut._log.info)
+        self.oracle = CheckpointOracle(preset, max_unique_rows=self.params["max_unique_rows"])
+
+    @classmethod
+    async def create(cls, dut, preset=None):
+        preset = preset or get_preset("tiny").replace(num_batches=BATCHES)
+        bench = cls(dut, preset)
+        start_clock(dut)
+        await reset(dut)
+        # Every test starts from blank metadata: the previous test's memory is still there.
+        await bench.device.write(bench.layout.meta, bytes(8 * LINE_BYTES))
+        await bench.trainer.load_initial()
+        return bench
+
+    async def run_with_failure(self, plan: FailurePlan):
+        trainer = self.trainer
+        while trainer.next_batch < plan.batch:
+            assert await trainer.run_batch() is None
+        injector = await trainer.run_batch(plan)
+        assert injector is not None, "the failure did not happen"
+        result = await trainer.fail_and_recover(plan, injector)
+        assert not result.errors, result
+        self.trainer.device.dut._log.info("failure %s (device %s), recovered to c=%d s=%d in %d "
+                                          "cycles, %d entries restored, %d beats lost, %d kept",
+                                          result.failure, result.device_phase,
+                                          result.reported_committed, result.reported_snapshot,
+                                          result.recovery_cycles, result.restored_entries,
+                                          result.lost_beats, result.kept_beats)
+        # The path golden agrees with the oracle's recovered state ...
+        recovered = self.oracle.recovered_state(
+            result.failure, reported_committed=result.reported_committed,
+            reported_snapshot=result.reported_snapshot)
+        tables = await trainer.table_state()
+        difference = first_table_difference(recovered.tables, tables)
+        assert difference is None, f"recovered tables: {difference}"
+        # ... and training resumes to the end, bit-exact with the oracle's continuation.
+        while trainer.next_batch < self.preset.num_batches:
+            assert await trainer.run_batch() is None
+        final = await trainer.table_state()
+        expected = self.oracle.continue_training(recovered, record_pooled=False).state.tables
+        difference = first_table_difference(expected, final)
+        assert difference is None, f"final tables: {difference}"
+        return result
+
+
+@cocotb.test()
+async def train_without_failure(dut):
+    """Every batch logged, flagged, updated, committed; the final tables are the golden run's,
+    and the snapshots are sealed in the slots sw_model.checkpoint.snapshot_slot names."""
+    bench = await Bench.create(dut)
+    trainer = bench.trainer
+    while trainer.next_batch < bench.preset.num_batches:
+        assert await trainer.run_batch() is None
+        n = trainer.next_batch - 1
+        if (n + 1) % bench.preset.snapshot_interval == 0:
+            assert bench.device.value("snapshot_batch") == n
+            assert bench.device.value("snapshot_slot") == (n // bench.preset.snapshot_interval) % 2
+    golden = bench.oracle.golden_run(record_pooled=False).state.tables
+    assert first_table_difference(golden, await trainer.table_state()) is None
+    counters = {name: bench.device.value(f"ckpt_counters__{name}")
+                for name in ("log_entries", "log_duplicates", "own_writes", "interlock_cycles")}
+    dut._log.info("checkpoint counters %s; cycles per batch (lookup, update): %s", counters,
+                  trainer.batch_cycles)
+    assert counters["log_entries"] > 0 and counters["log_duplicates"] > 0
+
+
+@cocotb.test()
+async def crash_in_lookup(dut):
+    draw = random.Random(cocotb.RANDOM_SEED)
+    bench = await Bench.create(dut)
+    result = await bench.run_with_failure(FailurePlan(
+        batch=5, step="lookup", delay=draw.randrange(50, 500), seed=draw.randrange(1, 2**31)))
+    assert result.failure.phase == Phase.LOOKUP
+
+
+@cocotb.test()
+async def crash_in_update(dut):
+    """Power fails while rows are being written in place: rolled back from the log."""
+    draw = random.Random(cocotb.RANDOM_SEED + 1)
+    bench = await Bench.create(dut)
+    result = await bench.run_with_failure(FailurePlan(
+        batch=6, step="update", delay=draw.randrange(5, 150), seed=draw.randrange(1, 2**31),
+        on_phase=CheckpointPhase.UPDATE))
+    assert result.failure.phase == Phase.UPDATE
+    assert result.reported_committed == 5 and result.restored_entries > 0
+
+
+@cocotb.test()
+async def crash_in_commit(dut):
+    draw = random.Random(cocotb.RANDOM_SEED + 2)
+    bench = await Bench.create(dut)
+    result = await bench.run_with_failure(FailurePlan(
+        batch=4, step="update", delay=draw.randrange(0, 3), seed=draw.randrange(1, 2**31),
+        keep=draw.choice([0, 255]), on_phase=CheckpointPhase.COMMIT))
+    assert result.failure.phase == Phase.COMMIT
+
+
+@cocotb.test()
+async def crash_in_snapshot(dut):
+    """Power fails while the host writes snapshot slot data or while its record is sealed."""
+    draw = random.Random(cocotb.RANDOM_SEED + 3)
+    bench = await Bench.create(dut)
+    result = await bench.run_with_failure(FailurePlan(
+        batch=7, step="snapshot", delay=draw.randrange(0, 150), seed=draw.randrange(1, 2**31)))
+    assert result.failure.phase == Phase.SNAPSHOT
+
+
+@cocotb.test()
+async def crash_during_recovery(dut):
+    """Power fails in an update, then again while RECOVER restores rows: recovery is
+    idempotent."""
+    draw = random.Random(cocotb.RANDOM_SEED + 4)
+    bench = await Bench.create(dut)
+    result = await bench.run_with_failure(FailurePlan(
+        batch=6, step="update", delay=draw.randrange(20, 120), seed=draw.randrange(1, 2**31),
+        on_phase=CheckpointPhase.UPDATE, recovery_delay=draw.randrange(150, 500)))
+    assert result.recovery_failed_again
+
+
+@cocotb.test()
+async def gpf_drains_and_recovery_follows(dut):
+    """GPF during a LOOKUP: new work stops, buffered log writes drain, drain time reported;
+    after the power loss, recovery rolls back nothing (c = N - 1)."""
+    bench = await Bench.create(dut)
+    trainer, device = bench.trainer, bench.device
+    for _ in range(3):
+        assert await trainer.run_batch() is None
+    from sw_model.data import make_batch  # noqa: PLC0415 (only this test needs it)
+
+    batch = make_batch(bench.preset, 3)
+    await device.write(bench.layout.indices, batch.indices.astype("<u4").tobytes())
+    await device.write(bench.layout.offsets, batch.offsets.astype("<u4").tobytes())
+    await device.issue(Opcode.LOOKUP, 3, **trainer._fields(batch))
+    for _ in range(150):
+        await cocotb.triggers.RisingEdge(dut.clk)
+    dut.gpf.value = 1
+    while not device.value("gpf_done"):
+        await cocotb.triggers.RisingEdge(dut.clk)
+    cycles = device.value("gpf_drain_cycles")
+    dut._log.info("GPF drain took %d cycles", cycles)
+    assert device.value("log_pending") == 0 and device.value("pending") == 0
+    await device.power_cycle(seed=3, keep=128)
+    dut.gpf.value = 0
+    status = await device.command(Opcode.RECOVER, 0)
+    assert status["error"] == ErrorCode.NONE
+    assert device.value("last_committed") == 2 and device.value("rolled_back") == 0

@@ -1,0 +1,20 @@
+"""The checkpointed system in Verilator (one build shared by every test, the crash campaign and
+the benchmark): training with one power failure per phase, recovery, resumption."""
+
+import pytest
+
+from sim.runner import run
+from tb.ckpt.designs import SYSTEM
+
+pytestmark = pytest.mark.sim
+
+MODULE = "tb.ckpt.cocotb_system"
+
+
+@pytest.mark.parametrize("testcase", [
+    "train_without_failure", "crash_in_lookup", "crash_in_update", "crash_in_commit",
+    "crash_in_snapshot", "crash_during_recovery", "gpf_drains_and_recovery_follows",
+])
+def test_system(testcase):
+    result = run(SYSTEM, MODULE, testcase=testcase, run_name=testcase)
+    assert result.tests == 1
