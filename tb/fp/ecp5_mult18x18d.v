@@ -175,7 +175,8 @@ module MULT18X18D__register #(
             initial $fatal(1, "%m: MULT18X18D model: unknown register clock, enable or reset");
             assign q = d;
         end else begin : registered
-            reg [WIDTH-1:0] r = {WIDTH{1'b0}};
+            reg [WIDTH-1:0] r;
+            initial r = {WIDTH{1'b0}};
             wire clock = clk[CLK_INDEX];
             wire enable = ce[CE_INDEX];
             wire reset = rst[RST_INDEX];

@@ -52,6 +52,7 @@ def _run(design, pairs, run_name):
     assert result.tests == 1
 
 
+@pytest.mark.slow  # a 16-lane C++ build of about 2.5 minutes: `nox -s sim -- -m slow -k ecp5`
 def test_fp_lanes_mul_ecp5_dsp_default_depth():
     design = _design(16)
     # The simulated netlist really uses the DSP cells, with both register sets, in every lane.
