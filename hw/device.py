@@ -23,7 +23,12 @@ each flag is a one-cycle pulse per event, and the sticky, write-1-to-clear copy 
 
 Checkpointing. With ``checkpointing=True`` the CheckpointEngine (``hw/ckpt/engine.py``) sits
 between the command queue and the embedding engine and between the engine's AXI port and the
-arbiter; until that module exists, asking for it is an error.
+arbiter (it handles SNAPSHOT and RECOVER itself, and its own log, flag and record writes share
+the engine's arbiter port). Its regions come from the ``CKPT_*`` registers; the metadata and
+log regions are closed to the host by two extra protected ranges of the front end (the
+snapshot slots stay open: the host writes the MLP parameters there). ``gpf`` (power-fail
+warning) goes to it, ``gpf_done`` reports the drain. Without the module in the tree, asking
+for checkpointing is an error.
 """
 
 import importlib.util
@@ -41,6 +46,7 @@ from hw.cxl.frontend import CxlMemFrontEnd, protected_region_layout
 from hw.cxl.hdm import HDM_DECODER
 from hw.cxl.messages import M2S_REQ, M2S_RWD, S2M_DRS, S2M_NDR, struct_value
 from hw.device_regs import (
+    CHECKPOINT_COUNTERS,
     CYCLE_COUNTER_WIDTH,
     ENGINE_COUNTER_WIDTH,
     ENGINE_COUNTERS,
@@ -72,13 +78,20 @@ def checkpoint_engine_available() -> bool:
         return False
 
 
+def _checkpoint_engine_class():
+    from hw.ckpt.engine import CheckpointEngine
+
+    return CheckpointEngine
+
+
 def _pow2_at_least(value: int, minimum: int) -> int:
     return 1 << ceil_log2(max(value, minimum))
 
 
-def device_params(preset, *, channels: int = 1, checkpointing: bool = False) -> dict:
+def device_params(preset, *, channels: int = 4, checkpointing: bool = False) -> dict:
     """The device configuration of a preset (``hw/tops.py`` and the testbenches use it): tables
-    and dims from the preset, on-chip buffers sized so that one batch is read once, and a
+    and dims from the preset, on-chip buffers sized so that one batch is read once, four
+    memory channels as in the paper's prototype (four memory controllers), and a
     memory of ``2**addr_width`` bytes with room for the tables twice over plus 64 KiB (staging
     buffers, undo logs and MLP snapshots). Memory is kept small on purpose: the simulation
     model's contents are initialised in the generated Verilog, which costs build time."""
@@ -90,6 +103,7 @@ def device_params(preset, *, channels: int = 1, checkpointing: bool = False) -> 
         "num_regions": 2,
         "addr_width": max(16, ceil_log2(2 * table_bytes + (1 << 16))),
         "channels": channels,
+        "reorder_depth": 32,   # reads in flight per arbiter port: covers the engine's 32
         "id_width": 6,
         "outstanding_reads": 32,
         "index_buffer_depth": _pow2_at_least(indices, 32),
@@ -136,6 +150,8 @@ class TrainingCxlDevice(wiring.Component):
         Passed to the embedding engine.
     checkpointing : bool
         Put the CheckpointEngine in (needs ``hw/ckpt/engine.py``).
+    log_buffer_depth, dedup_entries, checkpoint_outstanding_writes : int
+        Passed to the CheckpointEngine (``max_outstanding_writes``) when checkpointing.
 
     Members
     -------
@@ -149,6 +165,8 @@ class TrainingCxlDevice(wiring.Component):
         The memory channels; each sees its own compact address space.
     irq : ``Out(1)``
         A completion is queued and ``CONTROL.irq_enable`` is set.
+    gpf : ``In(1)``, gpf_done : ``Out(1)``
+        With checkpointing only: power-fail warning, and its drain complete.
     """
 
     def __init__(self, *, max_tables=4, max_dim=16, num_regions=2, addr_width=20, channels=1,
@@ -156,21 +174,35 @@ class TrainingCxlDevice(wiring.Component):
                  command_queue_depth=4, completion_queue_depth=4, reorder_depth=16,
                  outstanding_reads=32, index_buffer_depth=128, offset_buffer_depth=64,
                  output_buffer_depth=16, bag_slots=16, max_unique_rows=32,
-                 update_outstanding_reads=8, checkpointing=False):
+                 update_outstanding_reads=8, checkpointing=False, log_buffer_depth=64,
+                 dedup_entries=256, checkpoint_outstanding_writes=64):
         _check("Address width", addr_width, 16, 52)
         channel_bits(channels)   # raises with the valid counts
         _check("Command queue depth", command_queue_depth, 1, MAX_QUEUE_DEPTH)
         _check("Completion queue depth", completion_queue_depth, 1, MAX_QUEUE_DEPTH)
         if not isinstance(checkpointing, bool):
             raise TypeError(f"checkpointing must be a bool, not {checkpointing!r}")
-        if checkpointing and not checkpoint_engine_available():
-            raise ValueError("Checkpointing needs the CheckpointEngine (hw/ckpt/engine.py), "
-                             "which is not in this tree yet")
+        self._ckpt = None
         if checkpointing:
-            raise NotImplementedError("CheckpointEngine integration is not wired up yet")
+            if not checkpoint_engine_available():
+                raise ValueError("Checkpointing needs the CheckpointEngine "
+                                 "(hw/ckpt/engine.py), which is not in this tree yet")
+            # Two of the front end's 16 protected ranges guard the metadata and the log.
+            _check("Protected range count (with checkpointing)", num_protected, 1, 14)
+            self._ckpt = _checkpoint_engine_class()(
+                addr_width=addr_width, id_width=id_width, max_tables=max_tables,
+                log_buffer_depth=log_buffer_depth, dedup_entries=dedup_entries,
+                max_outstanding_writes=checkpoint_outstanding_writes)
+            if isinstance(outstanding_reads, int) and \
+                    outstanding_reads + 3 > self._ckpt.engine_id_limit:
+                raise ValueError(
+                    f"With checkpointing the engine's IDs must stay below "
+                    f"{self._ckpt.engine_id_limit} (the top four of {id_width} ID bits are the "
+                    f"checkpoint engine's): {outstanding_reads} outstanding reads plus 3 "
+                    f"stream IDs do not")
         self._frontend = CxlMemFrontEnd(
             addr_width=addr_width, id_width=id_width, max_outstanding=host_outstanding,
-            num_decoders=num_decoders, num_protected=num_protected)
+            num_decoders=num_decoders, num_protected=num_protected + 2 * checkpointing)
         self._engine = EmbeddingEngine(
             max_tables=max_tables, max_dim=max_dim, num_regions=num_regions,
             addr_width=addr_width, id_width=id_width, outstanding_reads=outstanding_reads,
@@ -188,6 +220,8 @@ class TrainingCxlDevice(wiring.Component):
         self._map = device_register_map(self._config)
         self._addr_width = addr_width
         self._channels = channels
+        self._num_protected = num_protected
+        checkpoint_ports = {"gpf": In(1), "gpf_done": Out(1)} if checkpointing else {}
         super().__init__({
             "m2s_req": In(stream.Signature(M2S_REQ)),
             "m2s_rwd": In(stream.Signature(M2S_RWD)),
@@ -198,6 +232,7 @@ class TrainingCxlDevice(wiring.Component):
                                      data_width=512, id_width=self._arbiter.channel_id_width)
                        ).array(channels),
             "irq": Out(1),
+            **checkpoint_ports,
         })
 
     # --- what testbenches and drivers need to know (also in the JSON sidecar) ---------------
@@ -259,7 +294,17 @@ class TrainingCxlDevice(wiring.Component):
             wiring.connect(m, getattr(frontend, name), wiring.flipped(getattr(self, name)))
         wiring.connect(m, wiring.flipped(self.csr), bank.bus)
         wiring.connect(m, frontend.axi, arbiter.managers[HOST_PORT])
-        wiring.connect(m, engine.axi, arbiter.managers[ENGINE_PORT])
+        ckpt = self._ckpt
+        if ckpt is None:
+            wiring.connect(m, engine.axi, arbiter.managers[ENGINE_PORT])
+            command_port, status_port = engine.cmd, engine.done
+        else:
+            m.submodules.checkpoint = ckpt
+            wiring.connect(m, ckpt.engine_cmd, engine.cmd)
+            wiring.connect(m, engine.done, ckpt.engine_done)
+            wiring.connect(m, engine.axi, ckpt.engine_axi)
+            wiring.connect(m, ckpt.axi, arbiter.managers[ENGINE_PORT])
+            command_port, status_port = ckpt.cmd, ckpt.done
         for channel in range(self._channels):
             wiring.connect(m, arbiter.channels[channel], wiring.flipped(self.mem[channel]))
 
@@ -320,6 +365,8 @@ class TrainingCxlDevice(wiring.Component):
 
         # --- engine configuration -------------------------------------------------------------
         m.d.comb += engine.lr.eq(regs.LR.value)
+        if ckpt is not None:
+            m.d.comb += ckpt.tables.eq(engine.tables)   # table extents for the log tap
         for t in range(config.max_tables):
             table_format = getattr(regs, f"TABLE{t}_FORMAT")
             m.d.comb += engine.tables[t].eq(struct_value(table_layout(aw), {
@@ -358,14 +405,14 @@ class TrainingCxlDevice(wiring.Component):
         m.d.sync += submitted.eq(submitted + (ring & commands.w_rdy))
 
         m.d.comb += [
-            engine.cmd.valid.eq(commands.r_rdy),
-            engine.cmd.payload.eq(commands.r_data),
-            commands.r_en.eq(engine.cmd.ready),
+            command_port.valid.eq(commands.r_rdy),
+            command_port.payload.eq(commands.r_data),
+            commands.r_en.eq(command_port.ready),
         ]
         running = Signal()   # a command was handed to the engine and has not completed
-        with m.If(engine.done.valid & engine.done.ready):
+        with m.If(status_port.valid & status_port.ready):
             m.d.sync += running.eq(0)
-        with m.If(engine.cmd.valid & engine.cmd.ready):
+        with m.If(command_port.valid & command_port.ready):
             m.d.sync += running.eq(1)
 
         # --- completion queue -------------------------------------------------------------------
@@ -374,11 +421,11 @@ class TrainingCxlDevice(wiring.Component):
         completions = m.submodules.completions = SyncFIFOBuffered(
             width=entry.size, depth=config.completion_queue_depth)
         produced = Signal(32)
-        finish = engine.done.valid & engine.done.ready
+        finish = status_port.valid & status_port.ready
         m.d.comb += [
-            engine.done.ready.eq(completions.w_rdy),
-            completions.w_en.eq(engine.done.valid),
-            completions.w_data.eq(Cat(engine.done.payload.as_value(),
+            status_port.ready.eq(completions.w_rdy),
+            completions.w_en.eq(status_port.valid),
+            completions.w_data.eq(Cat(status_port.payload.as_value(),
                                       produced[:SEQUENCE_WIDTH])),
         ]
         m.d.sync += produced.eq(produced + finish)
@@ -409,10 +456,14 @@ class TrainingCxlDevice(wiring.Component):
                 getattr(frontend.status.errors, name))
         m.d.comb += [
             regs.ERRORS.command_error_set.eq(
-                finish & (engine.done.payload.error != ErrorCode.NONE)),
+                finish & (status_port.payload.error != ErrorCode.NONE)),
             regs.ERRORS.doorbell_overflow_set.eq(ring & ~commands.w_rdy),
             regs.ERRORS.long_burst_set.eq(arbiter.long_burst),
         ]
+        if ckpt is None:
+            m.d.comb += regs.ERRORS.checkpoint_protocol_set.eq(0)
+        else:
+            self._connect_checkpoint(m, ckpt, regs, register_value)
 
         # --- counters, copied into the registers by COUNTERS_LATCH ------------------------------
         cycles = Signal(CYCLE_COUNTER_WIDTH)
@@ -428,6 +479,9 @@ class TrainingCxlDevice(wiring.Component):
             live[f"MEM{channel}_WRITES"] = (arbiter.counters.writes[channel], 32)
         live["HOST_MEM_WAITS"] = (arbiter.counters.waits[HOST_PORT], 32)
         live["ENGINE_MEM_WAITS"] = (arbiter.counters.waits[ENGINE_PORT], 32)
+        if ckpt is not None:
+            for name in CHECKPOINT_COUNTERS:
+                live[f"CKPT_{name.upper()}"] = (getattr(ckpt.counters, name), 32)
         latch = regs.COUNTERS_LATCH.latch_stb & regs.COUNTERS_LATCH.latch
         for prefix, (value, width) in live.items():
             shadow = Signal(width, name=f"latched_{prefix.lower()}")
@@ -438,4 +492,54 @@ class TrainingCxlDevice(wiring.Component):
             else:
                 drive_register(prefix, "count", shadow, width)
         return m
+
+    def _connect_checkpoint(self, m, ckpt, regs, register_value):
+        """The checkpoint engine's configuration, status and the host's protection from its
+        metadata and log."""
+        aw = self._addr_width
+
+        def region(name):
+            size = register_value(f"CKPT_{name}_SIZE", "size", aw)
+            return struct_value(region_layout(aw), {
+                "base": register_value(f"CKPT_{name}_BASE", "address", aw), "size": size,
+                "enable": size != 0})
+
+        meta, log = region("META"), region("LOG")
+        m.d.comb += [
+            ckpt.meta_region.eq(meta),
+            ckpt.log_region.eq(log),
+            ckpt.snapshot_regions[0].eq(region("SNAPSHOT0")),
+            ckpt.snapshot_regions[1].eq(region("SNAPSHOT1")),
+            ckpt.snapshot_interval.eq(regs.CKPT_INTERVAL.interval),
+            ckpt.logging_enable.eq(regs.CKPT_CONTROL.logging_enable),
+            ckpt.gpf.eq(self.gpf),
+            self.gpf_done.eq(ckpt.gpf_done),
+            # The front end's last two protected ranges: the host never sees the metadata or
+            # the undo log (its own regions and layouts are the region layout's shape).
+            self._frontend.protected_ranges[self._num_protected].eq(meta),
+            self._frontend.protected_ranges[self._num_protected + 1].eq(log),
+            regs.ERRORS.checkpoint_protocol_set.eq(ckpt.engine_protocol_error),
+        ]
+        status = regs.CKPT_STATUS
+        m.d.comb += [
+            status.phase.eq(ckpt.phase.as_value()),
+            status.error.eq(ckpt.error.as_value()),
+            status.attached.eq(ckpt.attached),
+            status.snapshot_valid.eq(ckpt.snapshot_valid),
+            status.snapshot_slot.eq(ckpt.snapshot_slot),
+            status.next_snapshot_slot.eq(ckpt.next_snapshot_slot),
+            status.log_open.eq(ckpt.log_open),
+            status.log_pending.eq(ckpt.log_pending),
+            status.rolled_back.eq(ckpt.rolled_back),
+            status.gpf.eq(self.gpf),
+            status.gpf_done.eq(ckpt.gpf_done),
+        ]
+        for register, value in (("LAST_COMMITTED", ckpt.last_committed),
+                                ("SNAPSHOT_BATCH", ckpt.snapshot_batch),
+                                ("LOG_BATCH", ckpt.log_batch),
+                                ("LOG_BATCH_ENTRIES", ckpt.log_entries),
+                                ("RECOVERY_CYCLES", ckpt.recovery_cycles),
+                                ("RESTORED_ENTRIES", ckpt.restored_entries),
+                                ("GPF_DRAIN_CYCLES", ckpt.gpf_drain_cycles)):
+            m.d.comb += getattr(regs, register).value.eq(value)
 

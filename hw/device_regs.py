@@ -40,7 +40,8 @@ CYCLE_COUNTER_WIDTH = 48
 
 #: Sticky error flags in ``ERRORS`` (write 1 to clear), in bit order: the front end's host
 #: access errors, then the device's own.
-ERRORS = (*HOST_ERRORS, "command_error", "doorbell_overflow", "long_burst")
+ERRORS = (*HOST_ERRORS, "command_error", "doorbell_overflow", "long_burst",
+          "checkpoint_protocol")
 _ERROR_DOCS = {
     "nxm": "A host read or write decoded to no memory of this device (MemData-NXM / dropped).",
     "protection": "A host access touched a protected range (refused or dropped).",
@@ -52,6 +53,18 @@ _ERROR_DOCS = {
                          "was dropped.",
     "long_burst": "An internal AXI manager issued a burst longer than one beat (unsupported by "
                   "the interleaved arbiter).",
+    "checkpoint_protocol": "Checkpointing only: the embedding engine used an AXI ID reserved "
+                           "for the checkpoint engine, or a write burst (set again while the "
+                           "checkpoint engine's own flag stays set, until reset).",
+}
+#: The checkpoint engine's counters (hw.ckpt.engine.counters_layout), registers CKPT_<NAME>.
+CHECKPOINT_COUNTERS = ("log_entries", "log_duplicates", "own_writes", "interlock_cycles")
+_CHECKPOINT_COUNTER_DOCS = {
+    "log_entries": "Undo-log entries written (all batches).",
+    "log_duplicates": "Table lines not logged because the batch had logged them already.",
+    "own_writes": "Writes of the checkpoint engine itself (log, flags, records, restores).",
+    "interlock_cycles": "Cycles from UPDATE's acceptance until its in-place writes may start "
+                        "(the batch's log and flag becoming persistent).",
 }
 _HOST_COUNTER_DOCS = {
     "requests": "CXL.mem messages accepted (M2S Req and RwD).",
@@ -204,6 +217,9 @@ def device_register_map(config: RegisterConfig) -> RegisterMap:
         regmap.add(f"REGION{r}_ENABLE", f"Engine region {r}.",
                    Field("enable", 1, rw, "The region is in use."))
 
+    if c.checkpointing:
+        _add_checkpoint_registers(regmap, c)
+
     # --- host access: HDM decoders, protected ranges ----------------------------------------
     for d in range(c.num_decoders):
         regmap.add(f"HDM{d}_BASE", f"HDM decoder {d}: HPA base, bits 51:28.",
@@ -244,7 +260,56 @@ def device_register_map(config: RegisterConfig) -> RegisterMap:
     for manager in ("HOST", "ENGINE")[:c.num_managers]:
         regmap.add(f"{manager}_MEM_WAITS", f"Cycles the {manager.lower()} port offered a "
                    "memory request that the arbiter did not take.", Field("count", 32, ro, ""))
+    if c.checkpointing:
+        for name in CHECKPOINT_COUNTERS:
+            regmap.add(f"CKPT_{name.upper()}", f"Checkpoint: {_CHECKPOINT_COUNTER_DOCS[name]}",
+                       Field("count", 32, ro, ""))
     return regmap
+
+
+def _add_checkpoint_registers(regmap, c):
+    """Configuration and status of the checkpoint engine (hw/ckpt/engine.py)."""
+    ro, rw = Access.RO, Access.RW
+    regmap.add("CKPT_CONTROL", "Checkpoint control.",
+               Field("logging_enable", 1, rw, "Undo logging, batch flags and commit records "
+                     "(clear: LOOKUP/UPDATE pass straight through, the no-checkpoint "
+                     "baseline).", init=1))
+    regmap.add("CKPT_INTERVAL", "Snapshot interval K: SNAPSHOT(N) needs (N + 1) % K == 0 "
+               "(0: any batch).", Field("interval", 32, rw, ""))
+    for name, doc in (("META", "metadata (superblock, commit record, batch flags, snapshot "
+                       "records; at least 8 lines); closed to the host"),
+                      ("LOG", "undo log (two equal areas); closed to the host"),
+                      ("SNAPSHOT0", "MLP snapshot slot 0 (the host writes the parameters)"),
+                      ("SNAPSHOT1", "MLP snapshot slot 1")):
+        _add_wide(regmap, f"CKPT_{name}_BASE", "address", c.addr_width, rw,
+                  f"Checkpoint {doc}: first device address (64-byte aligned).")
+        _add_wide(regmap, f"CKPT_{name}_SIZE", "size", c.addr_width, rw,
+                  f"Checkpoint {doc}: bytes (0: unused).")
+    regmap.add("CKPT_STATUS", "Checkpoint engine status.",
+               Field("phase", 4, ro, "hw.ckpt.layouts.CheckpointPhase (0 DETACHED until "
+                                     "RECOVER, 1 IDLE, ...)."),
+               Field("error", 4, ro, "hw.ckpt.layouts.CheckpointError of the last command "
+                                     "(why it was refused)."),
+               Field("attached", 1, ro, "RECOVER succeeded since reset."),
+               Field("snapshot_valid", 1, ro, "A complete MLP snapshot exists."),
+               Field("snapshot_slot", 1, ro, "Slot of the newest complete snapshot."),
+               Field("next_snapshot_slot", 1, ro, "Slot the host writes the next snapshot "
+                                                 "into."),
+               Field("log_open", 1, ro, "LOOKUP(LOG_BATCH) is logged; its UPDATE may follow."),
+               Field("log_pending", 1, ro, "Log entries or headers not yet issued."),
+               Field("rolled_back", 1, ro, "The last RECOVER rolled a batch back."),
+               Field("gpf", 1, ro, "The `gpf` input (power-fail warning)."),
+               Field("gpf_done", 1, ro, "GPF drain complete: everything accepted is "
+                                       "persistent."))
+    for name, doc in (("LAST_COMMITTED", "Last committed batch c (0xFFFFFFFF: none)."),
+                      ("SNAPSHOT_BATCH", "Batch of the newest complete MLP snapshot "
+                                         "(0xFFFFFFFF: the initial parameters)."),
+                      ("LOG_BATCH", "Batch whose log is open or being written."),
+                      ("LOG_BATCH_ENTRIES", "Entries in that batch's log so far."),
+                      ("RECOVERY_CYCLES", "Cycles the last RECOVER took."),
+                      ("RESTORED_ENTRIES", "Log entries the last RECOVER restored."),
+                      ("GPF_DRAIN_CYCLES", "Cycles the last GPF drain took.")):
+        regmap.add(name, doc, Field("value", 32, ro, ""))
 
 
 def registers_reference(regmap: RegisterMap, config: RegisterConfig, source: str) -> str:

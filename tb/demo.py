@@ -53,6 +53,12 @@ def _parse(argv):
     parser.add_argument("--gpu-cycles", type=int, default=DEFAULT_GPU_CYCLES,
                         help=f"clock cycles the GPU computes per batch (default "
                              f"{DEFAULT_GPU_CYCLES}); the next batch is staged meanwhile")
+    parser.add_argument("--baseline", type=int, default=4,
+                        help="with checkpointing: batches first run without logging, for the "
+                             "overhead (default 4)")
+    parser.add_argument("--profile", choices=("pmem", "dram"), default="pmem",
+                        help="memory timing of the PMEM model (default pmem: the paper's "
+                             "3x/7x latency, 0.6x/0.1x bandwidth)")
     parser.add_argument("--golden-only", action="store_true",
                         help="run the power-failure/recovery flow on the golden model only")
     args = parser.parse_args(argv)
@@ -63,6 +69,8 @@ def _parse(argv):
                      f"not {args.batches}")
     if args.gpu_cycles < 0:
         parser.error(f"--gpu-cycles must be >= 0, not {args.gpu_cycles}")
+    if args.baseline < 0:
+        parser.error(f"--baseline must be >= 0, not {args.baseline}")
     if not args.golden_only and args.preset != RTL_PRESET:
         parser.error(f"the RTL run supports --preset {RTL_PRESET} only (use --golden-only for "
                      f"other presets)")
@@ -116,17 +124,23 @@ def golden_only(preset, batches: int, seed: int) -> int:
     return 1
 
 
-def rtl_run(preset, batches: int, seed: int, gpu_cycles: int) -> int:
-    """Train on the device RTL in Verilator, checked against the golden model."""
+def rtl_run(preset, batches: int, seed: int, gpu_cycles: int, *, baseline: int,
+            profile: str) -> int:
+    """Train on the device RTL in Verilator, checked against the golden model; with the
+    checkpoint engine, with a power failure and recovery."""
     from sim.runner import SimulationFailed, run
     from tb.device.test_device import SYSTEM
 
+    checkpointing = SYSTEM.elaboratable().device.checkpointing
     print("TrainingCXL demo: DLRM training on the device RTL (Verilator), checked bit for bit "
           "against the golden model.")
-    print("NOTE: no power failure in this run. The checkpoint engine (hw/ckpt) is not "
-          "integrated into the device yet, so failure injection, RECOVER and resumption are "
-          "not exercised on the RTL; `--golden-only` shows that flow on the golden model.")
-    print(f"preset={preset.name} batches={batches} seed={seed} gpu_cycles={gpu_cycles}")
+    if not checkpointing:
+        print("NOTE: no power failure in this run. The checkpoint engine (hw/ckpt) is not "
+              "integrated into the device build yet, so failure injection, RECOVER and "
+              "resumption are not exercised on the RTL; `--golden-only` shows that flow on "
+              "the golden model.")
+    print(f"preset={preset.name} batches={batches} seed={seed} gpu_cycles={gpu_cycles}"
+          + (f" baseline={baseline} profile={profile}" if checkpointing else ""))
     print("Building the device (Verilog, then Verilator; the build is reused while the design "
           "is unchanged)...", flush=True)
     started = time.perf_counter()
@@ -135,7 +149,8 @@ def rtl_run(preset, batches: int, seed: int, gpu_cycles: int) -> int:
         try:
             run(SYSTEM, "tb.device.cocotb_demo", seed=seed, run_name="demo", extra_env={
                 "DEMO_BATCHES": str(batches), "DEMO_GPU_CYCLES": str(gpu_cycles),
-                "DEMO_REPORT": str(report_path)})
+                "DEMO_BASELINE": str(baseline), "DEMO_SEED": str(seed),
+                "DEMO_PROFILE": profile, "DEMO_REPORT": str(report_path)})
         except SimulationFailed as failure:
             report = json.loads(report_path.read_text()) if report_path.exists() else {}
             for line in report.get("failures", []):
@@ -151,7 +166,8 @@ def rtl_run(preset, batches: int, seed: int, gpu_cycles: int) -> int:
     print(f"cycles per batch: mean {sum(totals) / len(totals):.0f}, min {min(totals)}, max "
           f"{max(totals)} (lookup {_mean(rows, 'lookup'):.0f}, read pooled "
           f"{_mean(rows, 'read_pooled'):.0f}, GPU + staging {_mean(rows, 'gpu'):.0f}, write "
-          f"gradient {_mean(rows, 'write_gradient'):.0f}, update {_mean(rows, 'update'):.0f})")
+          f"gradient {_mean(rows, 'write_gradient'):.0f}, update {_mean(rows, 'update'):.0f}"
+          + (f", snapshot {_mean(rows, 'snapshot'):.0f}" if checkpointing else "") + ")")
     counters = report["counters"]
     print(f"device counters: {counters['cycles']} cycles, engine busy "
           f"{counters['engine_busy_cycles']}, rows read {counters['engine_rows_read']}, "
@@ -161,13 +177,39 @@ def rtl_run(preset, batches: int, seed: int, gpu_cycles: int) -> int:
     window = max(1, min(5, len(losses) // 2))
     print(f"loss: mean of the first {window} batches {sum(losses[:window]) / window:.5f}, of "
           f"the last {window} {sum(losses[-window:]) / window:.5f}")
+    verdict = "pooled outputs, losses, updated rows, final tables and MLP bit-exact with the " \
+              "golden model"
+    if checkpointing:
+        _print_checkpoint_summary(report)
+        recovery = report["recovery"]
+        verdict += (f"; power failure in {recovery['opcode']}({recovery['batch']}) recovered to "
+                    f"batch {recovery['last_committed']} (MLP of batch "
+                    f"{recovery['snapshot_batch']}) bit-exact, resumed bit-exact"
+                    if recovery else "; the armed power failure did not happen")
+    else:
+        verdict += " (power failure NOT tested: checkpoint engine not integrated)"
     print(f"time: {finished - started:.1f} s in all: {simulated:.1f} s in the simulation "
           f"(training and checks), {finished - started - simulated:.1f} s emitting Verilog, "
           f"building with Verilator (when needed) and starting the simulator")
-    print(f"PASS: {len(rows)} batches, pooled outputs, losses, updated rows, final tables and "
-          f"MLP bit-exact with the golden model (power failure NOT tested: checkpoint engine "
-          f"not integrated)")
+    print(f"PASS: {len(rows)} batches; {verdict}")
     return 0
+
+
+def _print_checkpoint_summary(report):
+    base = {r["batch"]: r["total"] for r in report["baseline"]}
+    same = [r for r in report["batches"] if r["batch"] in base]
+    same = same[:len(base)]   # the first pass over those batches, before any failure
+    if same:
+        with_ckpt = sum(r["total"] for r in same) / len(same)
+        without = sum(base[r["batch"]] for r in same) / len(same)
+        print(f"checkpoint overhead: {with_ckpt:.0f} cycles per batch with logging and "
+              f"snapshots against {without:.0f} without, over batches "
+              f"{same[0]['batch']}..{same[-1]['batch']}: {100 * (with_ckpt / without - 1):+.2f}%")
+    recovery = report["recovery"]
+    if recovery:
+        print(f"recovery: {recovery['recovery_cycles']} cycles, {recovery['restored_entries']} "
+              f"undo-log entries restored; GPF drain {recovery['gpf_drain_cycles']} cycles"
+              + ("" if recovery["warning"] else " (no warning: unannounced power cut)"))
 
 
 def _mean(rows, key):
@@ -184,7 +226,8 @@ def main(argv=None) -> int:
     seed = random.randrange(2**31) if args.seed is None else args.seed
     if args.golden_only:
         return golden_only(preset, args.batches, seed)
-    return rtl_run(preset, args.batches, seed, args.gpu_cycles)
+    return rtl_run(preset, args.batches, seed, args.gpu_cycles, baseline=args.baseline,
+                   profile=args.profile)
 
 
 if __name__ == "__main__":

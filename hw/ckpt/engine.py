@@ -96,9 +96,10 @@ from .layouts import (
     FlagState,
     MetaLine,
     OwnWrite,
-    checksum_words,
 )
 from .log_writer import LogWriter
+from .records import later, record_line, record_valid
+from .sequencer import UpdateOutcome, UpdateSequencer
 from .tap import LookupTap
 
 __all__ = ["CheckpointEngine", "counters_layout"]
@@ -124,34 +125,6 @@ def _check_int(value, name, low, high, *, power_of_two=False, zero=False):
         extra = "0 or " if zero else ""
         raise ValueError(f"{name} must be {extra}{kind} in {low}..{high}, not {value!r}")
     return value
-
-
-def _checksum(value, layout):
-    """XOR of the 32-bit words before the checksum field (see layouts)."""
-    words = [value[32 * k:32 * (k + 1)] for k in range(checksum_words(layout))]
-    result = words[0]
-    for word in words[1:]:
-        result = result ^ word
-    return result
-
-
-def _sealed(m, layout, name):
-    """A record signal (fields assigned by the caller) and its line with the checksum."""
-    record = Signal(layout, name=name)
-    offset = layout["checksum"].offset
-    raw = record.as_value()
-    line = Signal(LINE_BITS, name=f"{name}_line")
-    m.d.comb += line.eq(Cat(raw[:offset], _checksum(raw, layout), raw[offset + 32:]))
-    return record, line
-
-
-def _valid(view, value, layout, magic):
-    return (view.magic == magic) & (view.checksum == _checksum(value, layout))
-
-
-def _later(a, b):
-    """Batch a is newer than batch b (-1 = 0xFFFFFFFF orders before 0)."""
-    return (a + 1)[:33] > (b + 1)[:33]
 
 
 class CheckpointEngine(wiring.Component):
@@ -293,21 +266,6 @@ class CheckpointEngine(wiring.Component):
         """The embedding engine must use AXI IDs below this."""
         return 2 ** self._id_width - 4
 
-    # The three ordering decisions, as methods so that the formal mutants (hw/ckpt/formal)
-    # can break exactly one of them and show that the proof notices.
-
-    def _flag_may_be_written(self, log_drained, log_persistent):
-        """Invariant 2: the flag only after every log entry and header is persistent."""
-        return log_drained & log_persistent
-
-    def _engine_writes_open(self, flag_persistent):
-        """Invariant 1: in-place writes only once the flag (hence every entry) is persistent."""
-        return flag_persistent
-
-    def _commit_may_be_written(self, engine_finished, engine_writes_persistent):
-        """Invariant 3: the commit record only after every in-place write is persistent."""
-        return engine_finished & engine_writes_persistent
-
     def elaborate(self, platform):
         m = Module()
         aw = self._addr_width
@@ -366,7 +324,7 @@ class CheckpointEngine(wiring.Component):
         own_bus_error = Signal()   # sticky within a command
 
         newest = Signal()
-        m.d.comb += newest.eq(Mux(snap_valid == 0b11, _later(snap_batch[1], snap_batch[0]),
+        m.d.comb += newest.eq(Mux(snap_valid == 0b11, later(snap_batch[1], snap_batch[0]),
                                   snap_valid[1]))
         next_slot = Signal()
         m.d.comb += next_slot.eq(Mux(snap_valid == 0, 1, ~newest))
@@ -374,17 +332,30 @@ class CheckpointEngine(wiring.Component):
         m.d.comb += newest_batch.eq(Mux(snap_valid == 0, NO_BATCH, snap_batch[newest]))
 
         own_count = join.own_outstanding
-        log_persistent = own_count[OwnWrite.LOG.value] == 0
-        flag_persistent = own_count[OwnWrite.FLAG.value] == 0
-        commit_persistent = own_count[OwnWrite.COMMIT.value] == 0
         other_persistent = own_count[OwnWrite.OTHER.value] == 0
         log_drained = tap.empty & log.sealed
 
-        # --- own writes from the controller (records, restores); the log writer's otherwise --
+        # --- UPDATE ordering (the formally checked part) ----------------------------------------
+        m.submodules.sequencer = seq = UpdateSequencer(
+            line_address_width=law, count_shape=own_count[0].shape())
+        m.d.comb += [
+            seq.batch.eq(self.cmd.payload.batch), seq.meta_line.eq(meta),
+            seq.log_drained.eq(log_drained), seq.log_count.eq(log.count),
+            seq.log_overflow.eq(log.overflow | log_cut),
+            seq.own_outstanding.eq(own_count), seq.engine_outstanding.eq(join.engine_outstanding),
+            seq.own_error.eq(join.own_error),
+            seq.engine_done.eq(self.engine_done.valid & self.engine_done.ready),
+            seq.engine_failed.eq(self.engine_done.payload.error != ErrorCode.NONE),
+            log.flush.eq(seq.flush | self.gpf),
+        ]
+
+        # --- own writes: the sequencer's, the controller's (records, restores), else the log's -
         ctl_w = stream.Signature(data.StructLayout({
             "line": unsigned(law), "data": unsigned(LINE_BITS), "kind": OwnWrite})).create()
         ctl_w_open = ~self.gpf  # during GPF only the log drains
-        with m.If(ctl_w.valid & ctl_w_open):
+        with m.If(seq.write.valid & ctl_w_open):
+            wiring.connect(m, seq.write, join.own_w)
+        with m.Elif(ctl_w.valid & ctl_w_open):
             m.d.comb += [join.own_w.valid.eq(1), join.own_w.payload.eq(ctl_w.payload),
                          ctl_w.ready.eq(join.own_w.ready)]
         with m.Else():
@@ -394,10 +365,11 @@ class CheckpointEngine(wiring.Component):
         # The records are assigned only here, unconditionally, from field signals that the
         # states drive (a record signal partly driven in states would have constant slices
         # in an `always @*` that reads nothing, which Verilator never runs).
-        flag_record, flag_line = _sealed(m, FLAG_LAYOUT, "flag_record")
-        commit_record, commit_line = _sealed(m, COMMIT_LAYOUT, "commit_record")
-        snapshot_record, snapshot_line = _sealed(m, SNAPSHOT_LAYOUT, "snapshot_record")
-        superblock, superblock_line = _sealed(m, SUPERBLOCK_LAYOUT, "superblock")
+        # (Flag and commit records of an UPDATE are the sequencer's; these are recovery's.)
+        flag_record, flag_line = record_line(m, FLAG_LAYOUT, "flag_record")
+        commit_record, commit_line = record_line(m, COMMIT_LAYOUT, "commit_record")
+        snapshot_record, snapshot_line = record_line(m, SNAPSHOT_LAYOUT, "snapshot_record")
+        superblock, superblock_line = record_line(m, SUPERBLOCK_LAYOUT, "superblock")
         flag_fields = Signal(data.StructLayout({
             "batch": unsigned(32), "entries": unsigned(32), "state": FlagState,
             "area": unsigned(1)}))
@@ -483,10 +455,8 @@ class CheckpointEngine(wiring.Component):
         m.d.comb += [join.engine_write_open.eq(write_gate & ~self.gpf),
                      join.engine_read_open.eq(read_gate & ~self.gpf),
                      tap.table_count.eq(command.tables)]
-        interlock_counting = Signal()
 
         phase = Signal(CheckpointPhase)
-        sealing = Signal()
 
         def refuse(reason):
             m.d.sync += [reply.error.eq(ErrorCode.BAD_OPCODE), error.eq(reason)]
@@ -531,8 +501,8 @@ class CheckpointEngine(wiring.Component):
                             with m.Elif(log.overflow | log_cut):
                                 refuse(CheckpointError.LOG_OVERFLOW)
                             with m.Else():
-                                m.d.sync += interlock_counting.eq(1)
-                                m.next = "Seal"
+                                m.d.comb += seq.start.eq(1)
+                                m.next = "Updating"
                         with m.Case(Opcode.SNAPSHOT):
                             with m.If(~ready):
                                 refuse(CheckpointError.NOT_RECOVERED)
@@ -595,71 +565,26 @@ class CheckpointEngine(wiring.Component):
                 with m.If(join.engine_outstanding == 0):
                     m.next = "Reply"
 
-            # --- UPDATE(N): seal, flag, update, commit -------------------------------------------
-            with m.State("Seal"):
-                m.d.comb += [phase.eq(CheckpointPhase.SEAL), sealing.eq(1)]
-                with m.If(self._flag_may_be_written(log_drained, log_persistent)):
-                    with m.If(log.overflow | log_cut):
-                        m.d.sync += interlock_counting.eq(0)
-                        refuse(CheckpointError.LOG_OVERFLOW)
-                    with m.Else():
-                        m.next = "Flag"
-            with m.State("Flag"):
-                m.d.comb += [
-                    phase.eq(CheckpointPhase.FLAG),
-                    flag_fields.batch.eq(batch), flag_fields.entries.eq(log.count),
-                    flag_fields.state.eq(FlagState.SET), flag_fields.area.eq(batch[0]),
-                    ctl_w.valid.eq(1),
-                    ctl_w.payload.line.eq(meta + MetaLine.FLAG_0 + batch[0]),
-                    ctl_w.payload.data.eq(flag_line),
-                    ctl_w.payload.kind.eq(OwnWrite.FLAG),
-                ]
-                with m.If(ctl_w.ready):
-                    # The engine reads gradients and rows while the flag persists.
-                    m.d.sync += forward.eq(1)
-                    m.next = "Update"
-            with m.State("Update"):
-                open_now = self._engine_writes_open(flag_persistent)
-                m.d.comb += [phase.eq(CheckpointPhase.UPDATE), write_gate.eq(open_now),
+            # --- UPDATE(N): the sequencer seals, flags, gates, commits ---------------------
+            with m.State("Updating"):
+                m.d.comb += [phase.eq(seq.phase), write_gate.eq(seq.write_gate),
                              self.engine_done.ready.eq(1)]
-                with m.If(open_now):
-                    m.d.sync += interlock_counting.eq(0)
+                with m.If(seq.forward):
+                    m.d.sync += forward.eq(1)
                 with m.If(self.engine_done.valid):
                     m.d.sync += reply.eq(self.engine_done.payload)
-                    m.next = "Drain"
-            with m.State("Drain"):
-                # The engine has finished; its last writes (and the flag) become persistent.
-                m.d.comb += phase.eq(CheckpointPhase.UPDATE)
-                # (The engine has reported done: that is what brought us here.)
-                with m.If(self._commit_may_be_written(Const(1), join.engine_outstanding == 0)
-                          & flag_persistent):
-                    m.d.sync += interlock_counting.eq(0)
-                    with m.If((reply.error != ErrorCode.NONE) | own_bus_error):
-                        m.d.sync += [failed.eq(1), error.eq(Mux(
-                            own_bus_error, CheckpointError.BUS_ERROR,
-                            CheckpointError.UPDATE_FAILED))]
-                        m.next = "Reply"
-                    with m.Else():
-                        m.next = "Commit"
-            with m.State("Commit"):
-                m.d.comb += [
-                    phase.eq(CheckpointPhase.COMMIT),
-                    commit_batch_field.eq(batch),
-                    ctl_w.valid.eq(1),
-                    ctl_w.payload.line.eq(meta + MetaLine.COMMIT),
-                    ctl_w.payload.data.eq(commit_line),
-                    ctl_w.payload.kind.eq(OwnWrite.COMMIT),
-                ]
-                with m.If(ctl_w.ready):
-                    m.next = "CommitWait"
-            with m.State("CommitWait"):
-                m.d.comb += phase.eq(CheckpointPhase.COMMIT)
-                with m.If(commit_persistent):
-                    with m.If(own_bus_error):
-                        m.d.sync += [failed.eq(1), error.eq(CheckpointError.BUS_ERROR),
-                                     reply.error.eq(ErrorCode.BUS_ERROR)]
-                    with m.Else():
-                        m.d.sync += [last_committed.eq(batch), log_open.eq(0)]
+                with m.If(seq.finished):
+                    with m.Switch(seq.outcome):
+                        with m.Case(UpdateOutcome.COMMITTED):
+                            m.d.sync += [last_committed.eq(batch), log_open.eq(0)]
+                        with m.Case(UpdateOutcome.LOG_OVERFLOW):
+                            m.d.sync += [reply.error.eq(ErrorCode.BAD_OPCODE),
+                                         error.eq(CheckpointError.LOG_OVERFLOW)]
+                        with m.Case(UpdateOutcome.ENGINE_FAILED):
+                            m.d.sync += [failed.eq(1), error.eq(CheckpointError.UPDATE_FAILED)]
+                        with m.Case(UpdateOutcome.BUS_ERROR):
+                            m.d.sync += [failed.eq(1), error.eq(CheckpointError.BUS_ERROR),
+                                         reply.error.eq(ErrorCode.BUS_ERROR)]
                     m.next = "Reply"
 
             # --- SNAPSHOT(N) ----------------------------------------------------------------------
@@ -676,9 +601,9 @@ class CheckpointEngine(wiring.Component):
                         refuse(CheckpointError.SNAPSHOT_ORDER)
                     with m.Elif(~initial & (self.snapshot_interval != 0) & (remainder != 0)):
                         refuse(CheckpointError.NOT_SNAPSHOT_BATCH)
-                    with m.Elif(~initial & (_later(batch, last_committed)
+                    with m.Elif(~initial & (later(batch, last_committed)
                                             | (snap_valid.any()
-                                               & ~_later(batch, newest_batch)))):
+                                               & ~later(batch, newest_batch)))):
                         refuse(CheckpointError.SNAPSHOT_ORDER)
                     with m.Else():
                         m.next = "SnapshotWrite"
@@ -707,7 +632,7 @@ class CheckpointEngine(wiring.Component):
                                              snap_batch[slot].eq(batch)]
                     m.next = "Reply"
 
-            # --- RECOVER ----------------------------------------------------------------------------
+            # --- RECOVER --------------------------------------------------------------------------
             with m.State("RecoverMeta"):
                 m.d.comb += [phase.eq(CheckpointPhase.RECOVER),
                              join.own_ar.valid.eq(meta_issued != MetaLine.SNAPSHOT_1 + 1),
@@ -719,7 +644,7 @@ class CheckpointEngine(wiring.Component):
                     m.d.sync += meta_received.eq(meta_received + 1)
                     with m.Switch(meta_received):
                         with m.Case(MetaLine.SUPERBLOCK):
-                            ok = (_valid(sb_view, beat, SUPERBLOCK_LAYOUT, SUPERBLOCK_MAGIC)
+                            ok = (record_valid(sb_view, beat, SUPERBLOCK_LAYOUT, SUPERBLOCK_MAGIC)
                                   & (sb_view.version == VERSION))
                             expected = superblock
                             match = ((sb_view.log_base == expected.log_base)
@@ -733,13 +658,13 @@ class CheckpointEngine(wiring.Component):
                             m.d.sync += [sb_valid.eq(ok), sb_match.eq(match)]
                         with m.Case(MetaLine.COMMIT):
                             m.d.sync += [
-                                commit_valid.eq(_valid(commit_view, beat, COMMIT_LAYOUT,
+                                commit_valid.eq(record_valid(commit_view, beat, COMMIT_LAYOUT,
                                                        COMMIT_MAGIC)),
                                 commit_batch.eq(commit_view.batch)]
                         for area, line in ((0, MetaLine.FLAG_0), (1, MetaLine.FLAG_1)):
                             with m.Case(line):
                                 m.d.sync += [
-                                    flag_valid[area].eq(_valid(flag_view, beat, FLAG_LAYOUT,
+                                    flag_valid[area].eq(record_valid(flag_view, beat, FLAG_LAYOUT,
                                                                FLAG_MAGIC)),
                                     flag_batch[area].eq(flag_view.batch),
                                     flag_entries[area].eq(flag_view.entries),
@@ -748,7 +673,7 @@ class CheckpointEngine(wiring.Component):
                             with m.Case(line):
                                 m.d.sync += [
                                     read_valid[slot].eq(
-                                        _valid(snap_view, beat, SNAPSHOT_LAYOUT,
+                                        record_valid(snap_view, beat, SNAPSHOT_LAYOUT,
                                                SNAPSHOT_MAGIC) & (snap_view.slot == slot)),
                                     read_batch[slot].eq(snap_view.batch)]
                     with m.If(meta_received == MetaLine.SNAPSHOT_1):
@@ -935,7 +860,6 @@ class CheckpointEngine(wiring.Component):
         gpf_seen = Signal()
         gpf_done = Signal()
         gpf_cycles = Signal(32)
-        m.d.comb += log.flush.eq(sealing | self.gpf)
         drained = log_drained & join.quiet & ~join.own_w.valid
         with m.If(self.gpf):
             m.d.sync += gpf_seen.eq(1)
@@ -949,7 +873,7 @@ class CheckpointEngine(wiring.Component):
         with m.Else():
             m.d.sync += [gpf_seen.eq(0), gpf_done.eq(0)]
 
-        # --- counters ------------------------------------------------------------------------------
+        # --- counters -----------------------------------------------------------------------------
         counters = self.counters
         tap_logged = Signal(32)
         tap_dups = Signal(32)
@@ -960,7 +884,7 @@ class CheckpointEngine(wiring.Component):
             m.d.sync += counters.log_duplicates.eq(counters.log_duplicates + 1)
         with m.If(join.own_w.valid & join.own_w.ready):
             m.d.sync += counters.own_writes.eq(counters.own_writes + 1)
-        with m.If(interlock_counting):
+        with m.If(seq.interlock):
             m.d.sync += counters.interlock_cycles.eq(counters.interlock_cycles + 1)
 
         m.d.comb += [

@@ -78,6 +78,9 @@ class AxiJoin(wiring.Component):
         The engine offers a request with a reserved ID or a write burst (held, never taken).
     quiet : ``Out(1)``
         No write waits in the register stage and none is outstanding (own or engine).
+    stage_aw, stage_id : ``Out(1)``, ``Out(id_width)``
+        A write's address waits in the register stage, and its ID (for the formal proof's
+        bookkeeping: accepted writes = issued writes + the one waiting here).
     """
 
     def __init__(self, *, addr_width, id_width, max_outstanding_writes=64):
@@ -104,6 +107,8 @@ class AxiJoin(wiring.Component):
             "own_error": Out(1),
             "protocol_error": Out(1),
             "quiet": Out(1),
+            "stage_aw": Out(1),
+            "stage_id": Out(id_width),
         })
 
     def elaborate(self, platform):
@@ -232,5 +237,6 @@ class AxiJoin(wiring.Component):
                                    | (engine.awvalid & engine.wvalid & ~engine_write_legal)),
             self.quiet.eq(~aw_pending & ~w_pending & (engine_count == 0)
                           & (own_count.as_value() == 0)),
+            self.stage_aw.eq(aw_pending), self.stage_id.eq(w_id),
         ]
         return m

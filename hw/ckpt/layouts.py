@@ -120,6 +120,7 @@ class CheckpointPhase(enum.Enum, shape=4):
     PASS = 10        # logging disabled: LOOKUP/UPDATE pass straight through
     FAILED = 11      # an UPDATE failed after its flag: only RECOVER is accepted
     REPLY = 12       # reporting a command's status
+    DRAIN = 13       # the engine finished UPDATE(N); its last writes become persistent
 
 
 class CheckpointError(enum.Enum, shape=4):

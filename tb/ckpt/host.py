@@ -324,7 +324,10 @@ class Trainer:
     """Trains a preset on the device, one batch at a time, with optional power failures."""
 
     def __init__(self, device: Device, preset: Preset, layout: MemoryMap, *,
-                 max_unique_rows: int, log=None):
+                 max_unique_rows: int, log=None, checkpointing: bool = True,
+                 host_gap: int = 0):
+        self.checkpointing = checkpointing  # False: logging off, no RECOVER/SNAPSHOT
+        self.host_gap = host_gap            # cycles of modelled GPU work between the commands
         self.device = device
         self.preset = preset
         self.layout = layout
@@ -333,7 +336,9 @@ class Trainer:
         self.next_batch = 0
         self.acknowledged = -1   # the last batch whose UPDATE status reached the host
         self.log = log or (lambda message: None)
-        self.batch_cycles: list[tuple[int, int, int]] = []  # (batch, lookup, update) cycles
+        # Per batch: cycles of LOOKUP (issue to status), of the host's part (reading the pooled
+        # output, writing the gradient, host_gap), of UPDATE, and from LOOKUP to UPDATE done.
+        self.batch_cycles: list[dict] = []
         self.recovered = []  # TrialResult per failure
 
     @property
@@ -350,6 +355,8 @@ class Trainer:
         tables = self.golden.tables[-1]
         for table, base in zip(tables, self.layout.table_bases, strict=True):
             await self.device.write(base, table.astype("<f4").tobytes())
+        if not self.checkpointing:
+            return
         status = await self.device.command(Opcode.RECOVER, 0)
         assert status["error"] == ErrorCode.NONE, (status, self.device.error())
         assert self.device.value("last_committed") == NO_BATCH
@@ -397,9 +404,11 @@ class Trainer:
                 await injector.fired.wait()
             return status, injector, cycles
 
+        batch_started = device.now()
         status, injector, lookup_cycles = await step("lookup", Opcode.LOOKUP)
         if injector:
             return injector
+        host_started = device.now()
         assert status["error"] == ErrorCode.NONE, (n, status, device.error())
         raw = await device.read(layout.output, preset.batch_size * preset.num_tables
                                 * preset.dim * 4)
@@ -414,14 +423,22 @@ class Trainer:
             tables, d_pooled, batch.indices, batch.offsets, preset.table_modes, preset.lr,
             batch.per_sample_weights, max_unique_rows=self.max_unique_rows).tables
         self.golden.mlp_after[n] = sgd_step(mlp, grads, preset.lr)
+        if self.host_gap:
+            await ClockCycles(device.dut.clk, self.host_gap)
+        host_cycles = device.now() - host_started
 
         status, injector, update_cycles = await step("update", Opcode.UPDATE)
         if injector:
             return injector
         assert status["error"] == ErrorCode.NONE, (n, status, device.error())
+        self.batch_cycles.append({"batch": n, "lookup": lookup_cycles, "host": host_cycles,
+                                  "update": update_cycles,
+                                  "total": device.now() - batch_started})
+        if not self.checkpointing:
+            self.golden.prune(n)
+            self.next_batch = n + 1
+            return None
         assert device.value("last_committed") == n
-        self.batch_cycles.append((n, lookup_cycles, update_cycles))
-
         self.acknowledged = n
         if is_snapshot_batch(n, self.interval):
             snapshot = self.golden.mlp_after[n]
@@ -455,7 +472,8 @@ class Trainer:
         if plan.step == "snapshot":
             return Failure(n, Phase.SNAPSHOT)
         # UPDATE(n) in flight or done.
-        if phase in (CheckpointPhase.SEAL, CheckpointPhase.FLAG, CheckpointPhase.UPDATE):
+        if phase in (CheckpointPhase.SEAL, CheckpointPhase.FLAG, CheckpointPhase.UPDATE,
+                     CheckpointPhase.DRAIN):
             return Failure(n, Phase.UPDATE)
         if phase in (CheckpointPhase.COMMIT, CheckpointPhase.REPLY):
             return Failure(n, Phase.COMMIT)

@@ -149,7 +149,11 @@ async def lookup_and_update_match_the_golden_model(dut):
     assert counters["engine_busy_cycles"] < counters["cycles"]
     assert counters["host_reads"] == bench.host.completions["drs"]
     assert counters["host_writes"] == bench.host.completions["ndr"]
-    assert counters["mem0_reads"] >= counters["host_reads"] + counters["engine_rows_read"]
+    channels = bench.device.channel_count
+    reads = [counters[f"mem{c}_reads"] for c in range(channels)]
+    assert sum(reads) >= counters["host_reads"] + counters["engine_rows_read"]
+    assert all(reads), f"a memory channel was never read: {reads}"   # lines interleave
+    assert all(counters[f"mem{c}_writes"] for c in range(channels))
     assert plan.staging_region[0] >= plan.tables_region[1]
 
 

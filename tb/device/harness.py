@@ -1,7 +1,8 @@
 """What every test of the whole device starts with: the system (``tb/device/system.py``) under
 the GPI clock, a CXL.mem host, the register driver, one HDM decoder mapping device memory at
-:data:`HPA_BASE`, and the preset's memory plan. Tests reach the device only through CXL.mem
-and the registers."""
+:data:`HPA_BASE`, and the preset's memory plan; with the PMEM model, its timing profile, and
+with checkpointing, the power control (``tb/device/power.py``). Tests reach the device only
+through CXL.mem and the registers."""
 
 import cocotb
 from cocotb.triggers import ClockCycles
@@ -26,7 +27,7 @@ class DeviceBench:
     :class:`CxlMemHost` (off by default: the device changes memory behind the host's back).
     """
 
-    def __init__(self, dut, *, stream=0, scoreboard=None, **host_options):
+    def __init__(self, dut, *, stream=0, scoreboard=None, profile="pmem", **host_options):
         self.dut = dut
         design = design_from_env()
         self.system = design.elaboratable()
@@ -36,6 +37,20 @@ class DeviceBench:
         self.host = CxlMemHost(dut, seed=self.seed, scoreboard=scoreboard, **host_options)
         self.driver = DeviceDriver(dut, self.device.register_map, irq=dut.irq)
         self.plan = MemoryPlan.for_preset(self.preset, self.device.memory_bytes)
+        self.profile = profile
+        self.power = None
+        if self.system.memory_model == "pmem":
+            from sim.pmem import PROFILES
+
+            from .power import PowerControl
+
+            for name, value in PROFILES[profile].inputs().items():
+                getattr(dut, name).value = value
+            dut.fail_seed.value = 0
+            dut.fail_keep.value = 128
+            self.power = PowerControl(dut, self.driver) if self.device.checkpointing else None
+            if self.power is not None:
+                self.driver.after_doorbell = self.power.hook
 
     def hpa(self, dpa: int) -> int:
         return HPA_BASE + dpa
@@ -45,6 +60,11 @@ class DeviceBench:
         decodes."""
         start_clock(self.dut)
         await reset(self.dut)
+        await self.attach_host(map_memory=map_memory)
+
+    async def attach_host(self, *, map_memory=True) -> None:
+        """What the host does after every reset: identify the device, map its memory."""
+        self.driver.forget()
         await self.driver.identify()
         if map_memory:
             await self.driver.program_hdm([Decoder.make(base=HPA_BASE, size=GRANULE)])

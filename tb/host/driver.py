@@ -29,7 +29,16 @@ from hw.device_regs import ENGINE_COUNTERS, ERRORS, MAGIC, VERSION
 from hw.emb.layouts import ErrorCode, Opcode, PoolingMode
 from tb.common import CLOCK_PERIOD_NS
 
-__all__ = ["CommandError", "Completion", "DeviceDriver", "RegisterBusError", "TableConfig"]
+__all__ = ["NO_BATCH", "CommandError", "Completion", "DeviceDriver", "RecoveryReport",
+           "RegisterBusError", "TableConfig", "batch_number"]
+
+#: Batch -1 ("before batch 0") in the 32-bit batch registers and command field.
+NO_BATCH = 0xFFFF_FFFF
+
+
+def batch_number(value: int) -> int:
+    """A 32-bit batch register value as a batch number (0xFFFFFFFF is -1)."""
+    return -1 if value == NO_BATCH else value
 
 
 class RegisterBusError(Exception):
@@ -77,6 +86,20 @@ class Completion:
         return next((e.name for e in ErrorCode if e.value == self.error), str(self.error))
 
 
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What RECOVER found and did (the CKPT_* status registers after it)."""
+
+    completion: Completion
+    last_committed: int     # -1: none
+    snapshot_batch: int     # -1: the initial parameters
+    snapshot_slot: int
+    snapshot_valid: bool
+    rolled_back: bool
+    restored_entries: int
+    recovery_cycles: int
+
+
 class DeviceDriver:
     """Register-level host driver of a TrainingCxlDevice (module docstring).
 
@@ -99,6 +122,14 @@ class DeviceDriver:
         self._written: dict[str, int] = {}   # register -> last value written (CMD_* cache)
         self._submitted = 0
         self.capabilities: dict[str, int] = {}
+        #: ``async hook(opcode, batch)``, awaited by :meth:`run` between the doorbell and the
+        #: wait for the completion (the demo injects power failures there).
+        self.after_doorbell = None
+
+    def forget(self) -> None:
+        """Forget what was written: the device was reset (call :meth:`identify` next)."""
+        self._written.clear()
+        self.capabilities = {}
 
     # --- raw access ---------------------------------------------------------------------------
     async def _read32(self, address: int) -> int:
@@ -264,6 +295,8 @@ class DeviceDriver:
         """Submit one command and wait for its completion (the queue must hold no other);
         raise :class:`CommandError` if it failed and ``check``."""
         sequence = await self.submit(opcode, **fields)
+        if self.after_doorbell is not None:
+            await self.after_doorbell(opcode, fields.get("batch"))
         completion = await self.wait_completion()
         if completion.sequence != sequence:
             raise RuntimeError(f"completion {completion.sequence} arrived while waiting for "
@@ -271,6 +304,39 @@ class DeviceDriver:
         if check and not completion.ok:
             raise CommandError(completion)
         return completion
+
+    # --- checkpointing -------------------------------------------------------------------------
+    async def configure_checkpoint(self, *, meta, log, snapshots, interval: int,
+                                   logging: bool = True) -> None:
+        """The checkpoint engine's regions ``(base, size)``, snapshot interval K and logging
+        switch; the regions must hold still from RECOVER on."""
+        for name, (base, size) in (("META", meta), ("LOG", log), ("SNAPSHOT0", snapshots[0]),
+                                   ("SNAPSHOT1", snapshots[1])):
+            await self._write_wide(f"CKPT_{name}_BASE", "address", base)
+            await self._write_wide(f"CKPT_{name}_SIZE", "size", size)
+        await self.write("CKPT_INTERVAL", interval=interval)
+        await self.write("CKPT_CONTROL", logging_enable=int(logging))
+
+    async def checkpoint_status(self) -> dict[str, int]:
+        status = await self.read("CKPT_STATUS")
+        for name in ("LAST_COMMITTED", "SNAPSHOT_BATCH", "LOG_BATCH", "LOG_BATCH_ENTRIES",
+                     "RECOVERY_CYCLES", "RESTORED_ENTRIES", "GPF_DRAIN_CYCLES"):
+            status[name.lower()] = (await self.read(name))["value"]
+        return status
+
+    async def recover(self) -> RecoveryReport:
+        """RECOVER (formats unformatted memory; rolls back an uncommitted batch) and what it
+        reports. Raises :class:`CommandError` if it was refused."""
+        completion = await self.run(Opcode.RECOVER, batch=0)
+        status = await self.checkpoint_status()
+        return RecoveryReport(
+            completion=completion,
+            last_committed=batch_number(status["last_committed"]),
+            snapshot_batch=batch_number(status["snapshot_batch"]),
+            snapshot_slot=status["snapshot_slot"], snapshot_valid=bool(status["snapshot_valid"]),
+            rolled_back=bool(status["rolled_back"]),
+            restored_entries=status["restored_entries"],
+            recovery_cycles=status["recovery_cycles"])
 
     # --- status, errors, counters -------------------------------------------------------------
     async def errors(self) -> dict[str, int]:
@@ -289,7 +355,7 @@ class DeviceDriver:
             values[f"engine_{name}"] = await self.read_wide(f"ENGINE_{name.upper()}")
         for register in self.regmap:
             name = register.name
-            if name.startswith(("HOST_", "MEM")) or name.endswith("_MEM_WAITS"):
+            if name.startswith(("HOST_", "MEM", "CKPT_")) and register.fields[0].name == "count":
                 values[name.lower()] = (await self.read(name))["count"]
         return values
 

@@ -13,6 +13,10 @@ One batch N, as in DESIGN.md section 2::
     write d(loss)/d(pooled) (CXL.mem writes)
     ring UPDATE(N) ----------------------------------> sparse SGD of the looked-up rows
     MLP SGD step                      <--------------- completion
+    every K-th batch, with checkpointing:
+    write the MLP parameters into the snapshot
+    slot the device names (CXL.mem writes)
+    ring SNAPSHOT(N) --------------------------------> the slot's completion record
 
 Staging uses two slots (batch parity), so batch N+1's inputs can be written while batch N's
 UPDATE still needs its own. All device traffic goes through the CXL.mem host model
@@ -23,6 +27,7 @@ Times are clock cycles of the simulation, measured per phase.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import cocotb
@@ -31,13 +36,14 @@ from cocotb.simtime import get_sim_time
 from cocotb.triggers import ClockCycles
 
 from hw.emb.layouts import LINE_BYTES, Opcode, PoolingMode
+from sw_model.checkpoint import is_snapshot_batch
 from sw_model.data import Batch, make_batch
 from sw_model.dlrm import MLPParams, bce_loss, dense_backward, dense_forward, sgd_step
 from sw_model.presets import Preset
 from tb.common import CLOCK_PERIOD_NS
-from tb.host.driver import DeviceDriver, TableConfig
+from tb.host.driver import NO_BATCH, DeviceDriver, RecoveryReport, TableConfig
 
-__all__ = ["BatchTiming", "HostTrainer", "MemoryPlan", "StagingSlot"]
+__all__ = ["BatchTiming", "HostTrainer", "MemoryPlan", "StagingSlot", "mlp_parameters"]
 
 _PAGE = 4096
 _MODES = {"sum": PoolingMode.SUM, "mean": PoolingMode.MEAN, "weighted": PoolingMode.WEIGHTED}
@@ -66,14 +72,18 @@ class StagingSlot:
 @dataclass(frozen=True)
 class MemoryPlan:
     """Where everything lives in device memory (DPA): the tables from 0, then the staging
-    region (two slots), then the rest of memory, reserved for the checkpoint engine (undo log,
-    MLP snapshots, metadata) and closed to the host."""
+    region (two slots), then the rest of memory, reserved for checkpointing: the metadata
+    (4 KiB), the two MLP snapshot slots, the undo log (two areas, each big enough for a batch
+    that touches a different line at every index). Regions are ``(base, size)``."""
 
     table_bases: tuple[int, ...]
-    tables_region: tuple[int, int]     # (base, size): engine region 0
+    tables_region: tuple[int, int]     # engine region 0
     staging_region: tuple[int, int]    # engine region 1
     slots: tuple[StagingSlot, StagingSlot]
-    reserved_region: tuple[int, int]
+    reserved_region: tuple[int, int]   # everything below, and the rest of memory
+    meta_region: tuple[int, int]
+    snapshot_regions: tuple[tuple[int, int], tuple[int, int]]
+    log_region: tuple[int, int]
 
     @classmethod
     def for_preset(cls, preset: Preset, memory_bytes: int) -> MemoryPlan:
@@ -99,11 +109,21 @@ class MemoryPlan:
                 cursor += size
             slots.append(StagingSlot(**addresses))
         staging_end = _align(cursor, _PAGE)
-        if staging_end >= memory_bytes:
-            raise ValueError(f"preset {preset.name!r} needs {staging_end} bytes of device "
-                             f"memory; the device has {memory_bytes}")
+        meta = (staging_end, _PAGE)
+        snapshot_bytes = _align(4 * mlp_parameters(preset), _PAGE)
+        snapshots = ((meta[0] + meta[1], snapshot_bytes),
+                     (meta[0] + meta[1] + snapshot_bytes, snapshot_bytes))
+        # A log entry is one table line, a group holds 7 entries in 8 lines (hw/ckpt/layouts).
+        entries = max_indices * (preset.dim // 16)
+        area = -(-entries // 7) * 8 * LINE_BYTES
+        log = (snapshots[1][0] + snapshot_bytes, _align(2 * area, _PAGE))
+        end = log[0] + log[1]
+        if end > memory_bytes:
+            raise ValueError(f"preset {preset.name!r} needs {end} bytes of device memory; the "
+                             f"device has {memory_bytes}")
         return cls(tuple(bases), (0, tables_end), (tables_end, staging_end - tables_end),
-                   (slots[0], slots[1]), (staging_end, memory_bytes - staging_end))
+                   (slots[0], slots[1]), (staging_end, memory_bytes - staging_end),
+                   meta, snapshots, log)
 
 
 @dataclass
@@ -116,6 +136,7 @@ class BatchTiming:
     gpu: int = 0
     write_gradient: int = 0
     update: int = 0
+    snapshot: int = 0    # writing the MLP snapshot and SNAPSHOT(N), when taken
     total: int = 0
 
 
@@ -125,6 +146,14 @@ class BatchResult:
     loss: float
     pooled: np.ndarray
     timing: BatchTiming = field(default_factory=BatchTiming)
+
+
+def mlp_parameters(preset: Preset) -> int:
+    """float32 parameters of the preset's two MLPs (weights and biases)."""
+    total = 0
+    for widths in (preset.bottom_widths, preset.top_widths):
+        total += sum(i * o + o for i, o in itertools.pairwise(widths))
+    return total
 
 
 def now_cycles() -> int:
@@ -152,13 +181,22 @@ class HostTrainer:
         self.gpu_cycles = gpu_cycles
         self.mlp: MLPParams | None = None
         self._staged: dict[int, Batch] = {}
+        #: Take MLP snapshots every K batches (needs the checkpoint engine, attached).
+        self.snapshots = False
+
+    @property
+    def checkpointing(self) -> bool:
+        """The device has the checkpoint engine (from ``identify``)."""
+        return bool(self.driver.capabilities.get("checkpointing"))
 
     def hpa(self, dpa: int) -> int:
         return self.hpa_base + dpa
 
     # --- setup ----------------------------------------------------------------------------
-    async def configure(self) -> None:
-        """Table descriptors, engine regions, learning rate; the reserved region closed."""
+    async def configure(self, *, logging: bool = True) -> None:
+        """Table descriptors, engine regions, learning rate. With checkpointing: its regions
+        (the device closes metadata and log to the host), interval K and ``logging``;
+        without: the whole reserved region closed to the host."""
         p, plan = self.preset, self.plan
         mode = _MODES[p.pooling]
         await self.driver.configure_tables([
@@ -166,7 +204,42 @@ class HostTrainer:
             for base, rows in zip(plan.table_bases, p.table_rows, strict=True)])
         await self.driver.configure_regions([plan.tables_region, plan.staging_region])
         await self.driver.set_learning_rate(p.lr)
-        await self.driver.protect([plan.reserved_region])
+        if self.checkpointing:
+            await self.driver.configure_checkpoint(
+                meta=plan.meta_region, log=plan.log_region, snapshots=plan.snapshot_regions,
+                interval=p.snapshot_interval, logging=logging)
+            await self.driver.protect([])
+        else:
+            await self.driver.protect([plan.reserved_region])
+
+    # --- checkpointing -------------------------------------------------------------------------
+    async def attach(self) -> RecoveryReport:
+        """RECOVER: format fresh memory, or roll back to the last committed batch."""
+        return await self.driver.recover()
+
+    async def write_snapshot(self, slot: int) -> None:
+        """The MLP parameters (snapshot order, float32) into snapshot slot ``slot``."""
+        raw = np.ascontiguousarray(self.mlp.flat(), dtype="<f4").tobytes()
+        await self.host.write(self.hpa(self.plan.snapshot_regions[slot][0]), _padded(raw))
+
+    async def read_snapshot(self, slot: int, template: MLPParams) -> MLPParams:
+        """The MLP parameters in snapshot slot ``slot`` (shapes from ``template``)."""
+        count = template.flat().size
+        raw = await self.host.read(self.hpa(self.plan.snapshot_regions[slot][0]),
+                                   _align(4 * count, LINE_BYTES))
+        flat = np.frombuffer(raw, dtype="<f4")[:count]
+        arrays, start = [], 0
+        for array in template.arrays():
+            arrays.append(flat[start:start + array.size].reshape(array.shape).copy())
+            start += array.size
+        return template.with_arrays(arrays)
+
+    async def snapshot(self, number: int) -> None:
+        """Write the MLP into the slot the device names, then SNAPSHOT(number); ``number`` -1
+        seals the initial parameters."""
+        slot = (await self.driver.read("CKPT_STATUS"))["next_snapshot_slot"]
+        await self.write_snapshot(slot)
+        await self.driver.run(Opcode.SNAPSHOT, batch=NO_BATCH if number == -1 else number)
 
     async def load(self, tables: list[np.ndarray], mlp: MLPParams) -> None:
         """Write the tables into device memory (CXL.mem) and take the MLP parameters."""
@@ -192,6 +265,10 @@ class HostTrainer:
             if tasks else np.zeros((0, self.preset.dim), np.float32)
 
     # --- one batch ----------------------------------------------------------------------------
+    def forget_staged(self) -> None:
+        """Drop batches staged ahead (after a power failure training resumes elsewhere)."""
+        self._staged.clear()
+
     def slot(self, number: int) -> StagingSlot:
         return self.plan.slots[number % 2]
 
@@ -260,5 +337,9 @@ class HostTrainer:
         await self.driver.run(Opcode.UPDATE, **self._command(number, batch, slot.gradient))
         timing.update = now_cycles() - mark
         self.mlp = sgd_step(self.mlp, grads, p.lr)
+        if self.snapshots and is_snapshot_batch(number, p.snapshot_interval):
+            mark = now_cycles()
+            await self.snapshot(number)
+            timing.snapshot = now_cycles() - mark
         timing.total = now_cycles() - start
         return BatchResult(number, loss, pooled, timing)

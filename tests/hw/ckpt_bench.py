@@ -219,22 +219,20 @@ async def _engine_commands(ctx, ckpt, script):
 
 
 def simulate(rig, *testbenches, processes=(), deadline=200_000):
+    """Run until every testbench returns (processes are background work); a watchdog fails
+    the run after ``deadline`` cycles, so a hang is a failure, not a stuck suite."""
     sim = Simulator(rig)
     sim.add_clock(1e-6)
-    finished = []
 
-    def finishing(testbench):
-        async def run(ctx):
-            await testbench(ctx)
-            finished.append(testbench)
-        return run
+    async def watchdog(ctx):
+        await ctx.delay(deadline * 1e-6)  # (time, not ticks: the design gets reset)
+        raise AssertionError(f"still running after {deadline} cycles: the design hangs")
 
-    for process in processes:
+    for process in (*processes, watchdog):
         sim.add_process(process)
     for testbench in testbenches:
-        sim.add_testbench(finishing(testbench))
-    sim.run_until(deadline * 1e-6)
-    assert len(finished) == len(testbenches), "a testbench did not finish: the design hangs"
+        sim.add_testbench(testbench)
+    sim.run()
 
 
 async def read_meta(ctx, memory):

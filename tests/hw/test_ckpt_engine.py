@@ -5,17 +5,6 @@ log -> flag -> in-place writes -> commit, rollback after a power failure in the 
 idempotent recovery, snapshots, refusals, GPF and the pass-through mode."""
 
 import pytest
-
-from hw.ckpt.engine import CheckpointEngine
-from hw.ckpt.layouts import (
-    NO_BATCH,
-    CheckpointError,
-    CheckpointPhase,
-    FlagState,
-    OwnWrite,
-)
-from hw.emb.layouts import ErrorCode, Opcode
-
 from ckpt_bench import (
     BUFFER_LINE,
     LOG_LINE,
@@ -35,6 +24,16 @@ from ckpt_bench import (
     read_meta,
     simulate,
 )
+
+from hw.ckpt.engine import CheckpointEngine
+from hw.ckpt.layouts import (
+    NO_BATCH,
+    CheckpointError,
+    CheckpointPhase,
+    FlagState,
+    OwnWrite,
+)
+from hw.emb.layouts import ErrorCode, Opcode
 
 LOOKUP_LINES = [TABLE_LINE + 3, BUFFER_LINE, TABLE_LINE + 5, TABLE_LINE + 3,  # 3 again: dup
                 TABLE1_LINE + 2 * 4, TABLE1_LINE + 2 * 4 + 1, TABLE_LINE + 31]

@@ -1,150 +1,226 @@
-"""Formal harness of the checkpoint engine's ordering rules (DESIGN.md section 4, invariants
-1-3), observed at its ports only.
+"""Formal harness of the UPDATE ordering (DESIGN.md section 4, invariants 1-3).
 
-The CheckpointEngine runs on free inputs: any command sequence, an abstract embedding engine
-(any AXI requests at any time, any status once it has a command), and an abstract memory
-(any timing, any data, but a B or R response only for a request of its class that is still
-outstanding). Shadow counters built from the memory port classify every write by its AXI ID
-(the engine's own writes carry ``2**id_width - 4 + OwnWrite``) and check, at every cycle:
+The design under proof is the real RTL that decides the order: :class:`~hw.ckpt.sequencer.
+UpdateSequencer` (seal, flag, gate, commit) driving :class:`~hw.ckpt.join.AxiJoin` (the memory
+port, the write gate, the completion counters), exactly as the CheckpointEngine connects them.
+Everything around them is free:
 
-* **log before flag** (invariant 2): a batch-flag write is issued only while no LOG write is
-  outstanding and no log entry or header is still waiting on chip (``log_pending``), and only
-  for an UPDATE in progress;
-* **flag before in-place writes** (invariants 1, 2): while an UPDATE is in progress, a write of
-  the embedding engine reaches memory only after the batch flag's B response, with no LOG or
-  FLAG write outstanding;
-* **in-place writes before commit** (invariant 3): the commit record is issued only after the
-  embedding engine reported UPDATE done and every one of its writes has its B response;
-* **commit before status**: UPDATE is reported successful only after the commit record's B.
+* UPDATE(N) may start at any time the sequencer is idle, for any batch;
+* an abstract log writer issues LOG writes at any time while it says it has something left
+  (``log_pending``), and once it has drained it stays drained until the UPDATE ends (the tap is
+  off after LOOKUP);
+* an abstract embedding engine offers any reads and writes at any time and reports done (with
+  or without an error) any time after UPDATE was forwarded to it;
+* an abstract memory answers with any timing and data, but a B or R only for a request of
+  the same class (ID) that is outstanding.
 
-Covers show that each of these events is reachable (so the assertions are not vacuous).
+Shadow counters at the memory port classify every write by its AXI ID (own writes carry
+``2**id_width - 4 + OwnWrite``) and the assertions say, for every cycle:
+
+1. *log before flag* (invariant 2): a flag write is issued only during an UPDATE, with no LOG
+   write outstanding and nothing of the log left on chip;
+2. *flag before in-place writes* (invariant 1): during an UPDATE, a write of the embedding
+   engine is issued only after the flag's B response, with no LOG or FLAG write outstanding;
+3. *in-place writes before commit* (invariant 3): the commit record is issued only during an
+   UPDATE, after the engine reported done and every one of its writes has its B response;
+4. *commit before success*: the sequencer reports COMMITTED only after the commit's B.
+
+Helper assertions tie the shadow counters to the join's own (accepted = issued + waiting in
+the stage), which makes the properties provable by k-induction, not only bounded. Covers show
+that each event is reachable.
 """
 
-from amaranth.asserts import AnyConst, AnySeq, Initial
+from amaranth.asserts import AnyConst, AnySeq
 from amaranth.hdl import Assert, Assume, Cover, Elaboratable, Module, ResetSignal, Signal
-from amaranth.lib import wiring
 
-from hw.ckpt.engine import CheckpointEngine
-from hw.ckpt.join import own_id_base
-from hw.ckpt.layouts import OwnWrite
-from hw.emb.layouts import ErrorCode, Opcode
+from hw.ckpt.join import AxiJoin, own_id_base
+from hw.ckpt.layouts import CheckpointPhase, OwnWrite
+from hw.ckpt.sequencer import UpdateOutcome, UpdateSequencer
 
 __all__ = ["FORMAL_PARAMETERS", "OrderingHarness"]
 
-#: The smallest engine that still has every mechanism: one table, 3-bit IDs, a short log
-#: buffer, no duplicate filter, three writes in flight per kind.
-FORMAL_PARAMETERS = {"addr_width": 12, "id_width": 3, "max_tables": 1, "log_buffer_depth": 8,
-                     "dedup_entries": 0, "max_outstanding_writes": 3}
-
-_CONFIG = ("tables", "meta_region", "log_region", "snapshot_regions", "snapshot_interval")
+#: Small but complete: 3-bit IDs (4 for the engine, 4 own), three writes in flight per kind.
+FORMAL_PARAMETERS = {"addr_width": 12, "id_width": 3, "max_outstanding_writes": 3}
 
 
 class OrderingHarness(Elaboratable):
-    """``engine_class`` (CheckpointEngine or a mutant) on free inputs, with the shadow model
-    and the assertions of the module docstring."""
+    """``sequencer_class`` (UpdateSequencer or a mutant) + AxiJoin on free inputs, with the
+    shadow model and the assertions of the module docstring."""
 
-    def __init__(self, engine_class=CheckpointEngine, **parameters):
-        self.engine_class = engine_class
+    def __init__(self, sequencer_class=UpdateSequencer, **parameters):
+        self.sequencer_class = sequencer_class
         self.parameters = {**FORMAL_PARAMETERS, **parameters}
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.dut = dut = self.engine_class(**self.parameters)
-        m.d.comb += Assume(ResetSignal() == Initial())
-
-        # --- free inputs: configuration fixed, everything else any value every cycle ------
-        for path, member, value in dut.signature.flatten(dut):
-            if member.flow != wiring.In:
-                continue
-            free = AnyConst(value.shape()) if path[0] in _CONFIG else AnySeq(value.shape())
-            m.d.comb += value.eq(free)
-        m.d.comb += dut.logging_enable.eq(1)
-
-        axi = dut.axi
-        base = own_id_base(self.parameters["id_width"])
+        params = self.parameters
+        aw, iw = params["addr_width"], params["id_width"]
+        m.submodules.join = join = AxiJoin(
+            addr_width=aw, id_width=iw, max_outstanding_writes=params["max_outstanding_writes"])
+        count_shape = join.own_outstanding[0].shape()
+        m.submodules.sequencer = seq = self.sequencer_class(line_address_width=aw - 6,
+                                                            count_shape=count_shape)
+        # Registers start from their init values; no reset afterwards (in an induction step a
+        # reset tied to Initial() could strike at any cycle).
+        m.d.comb += Assume(~ResetSignal())
+        base = own_id_base(iw)
 
         def own(kind):
             return base + kind.value
 
-        aw_fire = axi.awvalid & axi.awready
-        b_fire = axi.bvalid & axi.bready
-        ar_fire = axi.arvalid & axi.arready
-        r_fire = axi.rvalid & axi.rready
+        # --- the abstract engine, memory and log writer: free signals ------------------------
+        engine, memory = join.engine, join.memory
+        for port in (engine.arid, engine.araddr, engine.arlen, engine.arvalid, engine.rready,
+                     engine.awid, engine.awaddr, engine.awlen, engine.awvalid, engine.wdata,
+                     engine.wstrb, engine.wlast, engine.wvalid, engine.bready,
+                     memory.arready, memory.rid, memory.rdata, memory.rresp, memory.rlast,
+                     memory.rvalid, memory.awready, memory.wready, memory.bid, memory.bresp,
+                     memory.bvalid):
+            m.d.comb += port.eq(AnySeq(port.shape()))
+        m.d.comb += [join.own_ar.valid.eq(0), join.own_r.ready.eq(1),
+                     join.engine_read_open.eq(1), join.engine_ar_hold.eq(0),
+                     join.engine_r_hold.eq(0)]
 
-        # --- shadow counters at the memory port -------------------------------------------
-        def outstanding(name, issued, completed, width=6):
-            count = Signal(width, name=name)
+        log_pending = Signal()
+        log_w_valid = Signal()
+        m.d.comb += [log_pending.eq(AnySeq(1)), log_w_valid.eq(AnySeq(1))]
+        start = Signal()
+        engine_done = Signal()
+        m.d.comb += [start.eq(AnySeq(1)), engine_done.eq(AnySeq(1))]
+        m.d.comb += [
+            seq.start.eq(start), seq.batch.eq(AnySeq(32)), seq.meta_line.eq(AnyConst(aw - 6)),
+            seq.log_drained.eq(~log_pending), seq.log_count.eq(AnySeq(32)),
+            seq.log_overflow.eq(AnySeq(1)),
+            seq.own_outstanding.eq(join.own_outstanding),
+            seq.engine_outstanding.eq(join.engine_outstanding),
+            seq.own_error.eq(join.own_error),
+            seq.engine_done.eq(engine_done), seq.engine_failed.eq(AnySeq(1)),
+            join.engine_write_open.eq(seq.write_gate),
+        ]
+        # The own-write mux of the CheckpointEngine: the sequencer first, else the log.
+        with m.If(seq.write.valid):
+            m.d.comb += [join.own_w.valid.eq(1), join.own_w.payload.eq(seq.write.payload),
+                         seq.write.ready.eq(join.own_w.ready)]
+        with m.Else():
+            m.d.comb += [join.own_w.valid.eq(log_w_valid),
+                         join.own_w.payload.line.eq(AnySeq(aw - 6)),
+                         join.own_w.payload.data.eq(AnySeq(512)),
+                         join.own_w.payload.kind.eq(OwnWrite.LOG)]
+
+        # --- shadow counters at the memory port -----------------------------------------------
+        aw_fire = memory.awvalid & memory.awready
+        b_fire = memory.bvalid & memory.bready
+
+        def shadow(name, issued, completed):
+            count = Signal(4, name=name)
             m.d.sync += count.eq(count + issued - completed)
             return count
 
-        counts = {}
-        for kind in OwnWrite:
-            counts[kind] = outstanding(
-                f"out_{kind.name.lower()}", aw_fire & (axi.awid == own(kind)),
-                b_fire & (axi.bid == own(kind)))
-        engine_writes = outstanding("out_engine", aw_fire & (axi.awid < base),
-                                    b_fire & (axi.bid < base))
-        own_reads = outstanding("own_reads", ar_fire & (axi.arid >= base),
-                                r_fire & axi.rlast & (axi.rid >= base), width=8)
-        engine_reads = outstanding("engine_reads", ar_fire & (axi.arid < base),
-                                   r_fire & axi.rlast & (axi.rid < base), width=8)
+        counts = {kind: shadow(f"issued_{kind.name.lower()}",
+                               aw_fire & (memory.awid == own(kind)),
+                               b_fire & (memory.bid == own(kind)))
+                  for kind in OwnWrite}
+        engine_writes = shadow("issued_engine", aw_fire & (memory.awid < base),
+                               b_fire & (memory.bid < base))
 
-        # The memory answers only what was asked (its timing and data are free).
+        # The memory answers only writes that it has been given (and reads: none are asked
+        # for here except the engine's, whose data is irrelevant to the order).
         b_count = Signal.like(engine_writes)
-        with m.If(axi.bid < base):
+        with m.If(memory.bid < base):
             m.d.comb += b_count.eq(engine_writes)
         for kind in OwnWrite:
-            with m.If(axi.bid == own(kind)):
+            with m.If(memory.bid == own(kind)):
                 m.d.comb += b_count.eq(counts[kind])
-        m.d.comb += [
-            Assume(~axi.bvalid | (b_count != 0)),
-            Assume(~axi.rvalid | ((axi.rid >= base) & (own_reads != 0))
-                   | ((axi.rid < base) & (engine_reads != 0))),
-        ]
+        m.d.comb += Assume(~memory.bvalid | (b_count != 0))
 
-        # The abstract embedding engine reports done only for a command it has taken.
-        engine_busy = Signal()
-        with m.If(dut.engine_cmd.valid & dut.engine_cmd.ready):
-            m.d.sync += engine_busy.eq(1)
-        with m.If(dut.engine_done.valid & dut.engine_done.ready):
-            m.d.sync += engine_busy.eq(0)
-        m.d.comb += Assume(~dut.engine_done.valid | engine_busy)
-
-        # --- the UPDATE in progress (from the command port's view) -------------------------
-        updating = Signal()       # UPDATE accepted on cmd, its status not yet returned
-        flag_persisted = Signal()  # a FLAG write completed during this UPDATE
-        engine_finished = Signal()  # the embedding engine reported this UPDATE done
+        # --- the environment's rules ------------------------------------------------------------
+        updating = Signal()        # from start to finished
+        forwarded = Signal()       # UPDATE handed to the engine, its done not yet seen
+        flag_persisted = Signal()
+        engine_finished = Signal()
         commit_persisted = Signal()
-        cmd_fire = dut.cmd.valid & dut.cmd.ready
-        done_fire = dut.done.valid & dut.done.ready
-        with m.If(cmd_fire & (dut.cmd.payload.opcode == Opcode.UPDATE)):
+        drained_seen = Signal()    # the log said "drained" during this UPDATE
+        m.d.comb += [
+            Assume(~start | ~seq.busy),
+            Assume(~engine_done | forwarded),
+            Assume(~log_w_valid | log_pending | seq.write.valid),
+            Assume(~(updating & drained_seen & log_pending)),
+        ]
+        with m.If(start):
             m.d.sync += [updating.eq(1), flag_persisted.eq(0), engine_finished.eq(0),
-                         commit_persisted.eq(0)]
-        with m.If(done_fire):
+                         commit_persisted.eq(0), drained_seen.eq(0)]
+        with m.If(seq.finished):
             m.d.sync += updating.eq(0)
-        with m.If(b_fire & (axi.bid == own(OwnWrite.FLAG)) & updating):
+        with m.If(updating & ~log_pending):
+            m.d.sync += drained_seen.eq(1)
+        with m.If(seq.forward):
+            m.d.sync += forwarded.eq(1)
+        with m.If(engine_done):
+            m.d.sync += [forwarded.eq(0), engine_finished.eq(1)]
+        with m.If(b_fire & (memory.bid == own(OwnWrite.FLAG)) & updating):
             m.d.sync += flag_persisted.eq(1)
-        with m.If(dut.engine_done.valid & dut.engine_done.ready & updating):
-            m.d.sync += engine_finished.eq(1)
-        with m.If(b_fire & (axi.bid == own(OwnWrite.COMMIT)) & updating):
+        with m.If(b_fire & (memory.bid == own(OwnWrite.COMMIT)) & updating):
             m.d.sync += commit_persisted.eq(1)
 
-        engine_write = aw_fire & (axi.awid < base)
-        flag_write = aw_fire & (axi.awid == own(OwnWrite.FLAG))
-        commit_write = aw_fire & (axi.awid == own(OwnWrite.COMMIT))
+        # --- the properties -------------------------------------------------------------------
+        engine_write = aw_fire & (memory.awid < base)
+        flag_write = aw_fire & (memory.awid == own(OwnWrite.FLAG))
+        commit_write = aw_fire & (memory.awid == own(OwnWrite.COMMIT))
         with m.If(flag_write):
-            m.d.comb += Assert(updating & (counts[OwnWrite.LOG] == 0) & ~dut.log_pending)
+            m.d.comb += Assert(updating & (counts[OwnWrite.LOG] == 0) & ~log_pending)
         with m.If(engine_write & updating):
             m.d.comb += Assert(flag_persisted & (counts[OwnWrite.LOG] == 0)
                                & (counts[OwnWrite.FLAG] == 0))
         with m.If(commit_write):
             m.d.comb += Assert(updating & engine_finished & (engine_writes == 0))
-        with m.If(done_fire & updating & (dut.done.payload.error == ErrorCode.NONE)):
+        with m.If(seq.finished & (seq.outcome == UpdateOutcome.COMMITTED)):
             m.d.comb += Assert(commit_persisted)
+
+        # Helper invariants (true by construction; they make the proof inductive):
+        # the join's counts are the issued ones plus the write waiting in its stage.
+        for kind in OwnWrite:
+            waiting = join.stage_aw & (join.stage_id == own(kind))
+            m.d.comb += Assert(join.own_outstanding[kind.value] == counts[kind] + waiting)
+        waiting = join.stage_aw & (join.stage_id < base)
+        m.d.comb += Assert(join.engine_outstanding == engine_writes + waiting)
+        m.d.comb += Assert(updating == seq.busy)
+        # What each step of the sequencer implies about the shadow state.
+        phase = seq.phase
+        before_flag = (phase == CheckpointPhase.IDLE) | (phase == CheckpointPhase.SEAL) \
+            | (phase == CheckpointPhase.FLAG)
+        after_flag = (phase == CheckpointPhase.UPDATE) | (phase == CheckpointPhase.DRAIN) \
+            | (phase == CheckpointPhase.COMMIT) | (phase == CheckpointPhase.REPLY)
+        committing = phase == CheckpointPhase.COMMIT
+        m.d.comb += Assert(before_flag | after_flag)
+        own_count = join.own_outstanding
+        with m.If(before_flag):
+            m.d.comb += Assert((join.engine_outstanding == 0) & ~forwarded
+                               & (own_count[OwnWrite.FLAG.value] == 0)
+                               & (own_count[OwnWrite.COMMIT.value] == 0))
+        with m.If(before_flag & updating):
+            m.d.comb += Assert(~flag_persisted & ~engine_finished & ~commit_persisted)
+        with m.If((phase == CheckpointPhase.UPDATE) | (phase == CheckpointPhase.DRAIN)):
+            m.d.comb += Assert(drained_seen & (own_count[OwnWrite.LOG.value] == 0)
+                               & ~commit_persisted & (own_count[OwnWrite.COMMIT.value] == 0))
+        with m.If(after_flag & (own_count[OwnWrite.FLAG.value] == 0) & ~seq.finished):
+            m.d.comb += Assert(flag_persisted)
+        with m.If(forwarded):
+            m.d.comb += Assert((phase == CheckpointPhase.UPDATE) & ~engine_finished)
+        with m.If(phase == CheckpointPhase.DRAIN):
+            m.d.comb += Assert(engine_finished & ~forwarded)
+        with m.If(committing):
+            m.d.comb += Assert(engine_finished & flag_persisted & drained_seen
+                               & (join.engine_outstanding == 0)
+                               & (own_count[OwnWrite.LOG.value] == 0)
+                               & (own_count[OwnWrite.FLAG.value] == 0))
+        with m.If(committing & ~seq.write.valid & (own_count[OwnWrite.COMMIT.value] == 0)):
+            m.d.comb += Assert(commit_persisted)
+        with m.If(committing & seq.write.valid):
+            m.d.comb += Assert((own_count[OwnWrite.COMMIT.value] == 0) & ~commit_persisted)
 
         m.d.comb += [
             Cover(engine_write & updating),
             Cover(commit_write),
-            Cover(done_fire & updating & (dut.done.payload.error == ErrorCode.NONE)),
+            Cover(seq.finished & (seq.outcome == UpdateOutcome.COMMITTED)),
         ]
         return m

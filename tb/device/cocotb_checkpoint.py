@@ -1,0 +1,154 @@
+"""The device with its checkpoint engine in Verilator, on the PMEM model, through CXL.mem and the
+registers only: RECOVER formats, training with undo logging and snapshots stays bit-exact, the
+metadata and the log are closed to the host, commands out of order are refused, and power
+failures (with and without a GPF warning) recover to a state the persistence contract allows,
+bit-exact with the golden model, from which training resumes.
+
+Run through tb/device/test_checkpoint.py.
+"""
+
+import cocotb
+from cocotb.triggers import ClockCycles
+
+from hw.ckpt.layouts import CheckpointError, CheckpointPhase
+from hw.cxl.messages import DRSOpcode
+from hw.emb.layouts import ErrorCode, Opcode
+from sw_model.checkpoint import CheckpointOracle
+from tb.device.harness import DeviceBench
+from tb.device.power import ArmedFailure, PowerFailed
+from tb.device.training import CheckedTraining, recover_and_check
+
+
+async def _attached(bench, *, snapshots=True):
+    """Configure with logging, load the initial state, RECOVER (formats), seal snapshot -1."""
+    capacity = bench.device.register_config.max_unique_rows
+    trainer = bench.trainer(gpu_cycles=100)
+    checked = CheckedTraining(bench, trainer, capacity=capacity)
+    await trainer.configure(logging=True)
+    await trainer.load(checked.golden.tables, checked.golden.mlp)
+    formatted = await trainer.attach()
+    assert (formatted.last_committed, formatted.snapshot_batch) == (-1, -1), formatted
+    if snapshots:
+        await trainer.snapshot(-1)
+        trainer.snapshots = True
+    return trainer, checked
+
+
+@cocotb.test()
+async def logged_training_stays_bit_exact(dut):
+    """RECOVER formats; K + 1 batches with logging and a snapshot: bit-exact, batch numbers
+    and snapshot records advance, the log was written, and its region and the metadata are
+    closed to the host while the snapshot slots are not."""
+    bench = DeviceBench(dut, stream=50)
+    await bench.start()
+    trainer, checked = await _attached(bench)
+    status = await bench.driver.checkpoint_status()
+    assert status["attached"] == 1 and status["snapshot_valid"] == 1, status
+    k = bench.preset.snapshot_interval
+    for number in range(k + 1):
+        await checked.batch(number, last=number == k)
+    await checked.check_final()
+    assert not checked.failures, checked.failures
+    status = await bench.driver.checkpoint_status()
+    assert status["last_committed"] == k, status
+    assert status["snapshot_batch"] == k - 1, status
+    assert status["phase"] == CheckpointPhase.IDLE.value, status
+    snapshot = await trainer.read_snapshot(status["snapshot_slot"], checked.golden.mlp)
+    counters = await bench.driver.counters()
+    assert counters["ckpt_log_entries"] > 0 and counters["ckpt_own_writes"] > 0, counters
+    for region in (bench.plan.meta_region, bench.plan.log_region):
+        response = await bench.host.read_response(bench.hpa(region[0]))
+        assert response.opcode == DRSOpcode.MEM_DATA_NXM, response
+    assert (await bench.driver.errors())["protection"] == 1
+    assert snapshot is not None   # the slot itself was readable
+
+
+@cocotb.test()
+async def commands_out_of_order_are_refused(dut):
+    """Before RECOVER nothing but RECOVER runs (with logging); afterwards LOOKUP must be the
+    next batch and UPDATE must follow its LOOKUP; SNAPSHOT only for snapshot batches."""
+    bench = DeviceBench(dut, stream=51)
+    await bench.start()
+    trainer = bench.trainer()
+    await trainer.configure(logging=True)
+    batch = await trainer.stage(0)
+    command = trainer._command(0, batch, trainer.slot(0).output)
+    done = await bench.driver.run(Opcode.LOOKUP, check=False, **command)
+    assert done.error == ErrorCode.BAD_OPCODE.value, done
+    status = await bench.driver.read("CKPT_STATUS")
+    assert status["error"] == CheckpointError.NOT_RECOVERED.value, status
+    await trainer.attach()
+    for opcode, batch_number, reason in ((Opcode.LOOKUP, 1, CheckpointError.OUT_OF_ORDER),
+                                         (Opcode.UPDATE, 0, CheckpointError.OUT_OF_ORDER),
+                                         (Opcode.SNAPSHOT, 0,
+                                          CheckpointError.NOT_SNAPSHOT_BATCH)):
+        done = await bench.driver.run(opcode, check=False, **{**command, "batch": batch_number})
+        assert done.error == ErrorCode.BAD_OPCODE.value, (opcode, done)
+        status = await bench.driver.read("CKPT_STATUS")
+        assert status["error"] == reason.value, (opcode, status)
+    await bench.driver.clear_errors()
+
+
+async def _fail_and_recover(dut, *, stream, armed_for):
+    bench = DeviceBench(dut, stream=stream)
+    await bench.start()
+    trainer, checked = await _attached(bench)
+    oracle = CheckpointOracle(bench.preset,
+                              max_unique_rows=bench.device.register_config.max_unique_rows)
+    armed = armed_for(bench)
+    bench.power.arm(armed)
+    failure = None
+    for number in range(armed.batch + 1):
+        try:
+            await checked.batch(number, last=False)
+        except PowerFailed as error:
+            failure = error.failure
+    assert failure is not None, "the armed power failure did not happen"
+    check = await recover_and_check(bench, trainer, oracle, failure)
+    assert check.allowed, check
+    assert check.tables_difference is None, check.tables_difference
+    assert check.mlp_bit_exact, "MLP snapshot differs"
+    # Resume from the recovered state for two batches.
+    checked.golden = check.state.train_state()
+    trainer.mlp = check.mlp
+    trainer.forget_staged()
+    start = check.last_committed + 1
+    for number in range(start, start + 2):
+        await checked.batch(number, last=number == start + 1)
+    await checked.check_final()
+    assert not checked.failures, checked.failures
+    return failure, check
+
+
+@cocotb.test()
+async def power_failure_during_update_rolls_back(dut):
+    """An unannounced cut while UPDATE(2) writes rows in place: RECOVER restores the rows
+    from the undo log (batch 2 rolled back) and training resumes bit-exact."""
+    failure, check = await _fail_and_recover(dut, stream=52, armed_for=lambda bench: ArmedFailure(
+        Opcode.UPDATE, 2, delay=120, warning=False, seed=12345, keep=128))
+    if not failure.completed:
+        assert check.last_committed in (1, 2), check
+    assert check.snapshot_batch == -1, check
+
+
+@cocotb.test()
+async def power_failure_with_warning_drains(dut):
+    """A GPF warning during LOOKUP(3): the device drains (and reports how long), power goes,
+    RECOVER reports batch 2 committed and the newest snapshot, bit-exact."""
+    failure, check = await _fail_and_recover(dut, stream=53, armed_for=lambda bench: ArmedFailure(
+        Opcode.LOOKUP, 3, delay=30, warning=True, seed=777, keep=0))
+    assert failure.gpf_drain_cycles > 0, failure
+    assert check.last_committed == 2, check
+
+
+@cocotb.test()
+async def power_failure_during_snapshot(dut):
+    """A cut right after SNAPSHOT(K - 1) is rung: the snapshot of K - 1 or the initial one, as
+    the record did or did not persist."""
+    failure, check = await _fail_and_recover(dut, stream=54, armed_for=lambda bench: ArmedFailure(
+        Opcode.SNAPSHOT, bench.preset.snapshot_interval - 1, delay=3, warning=False, seed=99,
+        keep=255))
+    k = failure.armed.batch
+    assert check.last_committed == k, check
+    assert check.snapshot_batch in (-1, k), check
+    await ClockCycles(dut.clk, 1)
