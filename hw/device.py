@@ -88,13 +88,16 @@ def _pow2_at_least(value: int, minimum: int) -> int:
     return 1 << ceil_log2(max(value, minimum))
 
 
-def device_params(preset, *, channels: int = 4, checkpointing: bool = False) -> dict:
+def device_params(preset, *, channels: int = 4, checkpointing: bool | None = None) -> dict:
     """The device configuration of a preset (``hw/tops.py`` and the testbenches use it): tables
     and dims from the preset, on-chip buffers sized so that one batch is read once, four
     memory channels as in the paper's prototype (four memory controllers), and a
     memory of ``2**addr_width`` bytes with room for the tables twice over plus 64 KiB (staging
     buffers, undo logs and MLP snapshots). Memory is kept small on purpose: the simulation
-    model's contents are initialised in the generated Verilog, which costs build time."""
+    model's contents are initialised in the generated Verilog, which costs build time.
+    ``checkpointing`` None: with the checkpoint engine when ``hw/ckpt/engine.py`` exists."""
+    if checkpointing is None:
+        checkpointing = checkpoint_engine_available()
     table_bytes = sum(preset.table_rows) * preset.dim * 4
     indices = preset.batch_size * preset.num_tables * preset.max_bag
     return {

@@ -1,20 +1,27 @@
-"""The main job: DLRM training on the device RTL in Verilator, checked bit for bit.
+"""The main job: DLRM training on the device RTL in Verilator, with a power failure, recovery and
+resumption, checked bit for bit against the golden model.
 
-    python -m tb.demo [--preset tiny] [--batches 20] [--gpu-cycles 2000] [--seed S]
-    python -m tb.demo --golden-only [--batches 24] [--seed S]
+    python -m tb.demo [--batches 20] [--seed S] [--gpu-cycles 2000] [--baseline 4]
+                      [--profile pmem|dram]
+    python -m tb.demo --golden-only [--batches 24] [--seed S] [--preset P]
 
-The RTL run builds the ``tiny`` device with its memory (``tb/device/system.py``; the build is
-cached under ``build/sim/``), and a host model (``tb/host/trainer.py``) trains the preset on
-it: the MLPs run in NumPy on the host, the embedding lookups and sparse updates on the device,
-all through CXL.mem and the device's registers. Each batch's pooled outputs, loss and updated
-rows, and at the end every table row and the MLP, are compared bit for bit with the golden
-model (``sw_model``); the exit status is 1 on any difference.
+The RTL run builds the ``tiny`` device with its memory (``tb/device/system.py``, the build the
+device tests use; cached under ``build/sim/``), and a host model (``tb/host/trainer.py``)
+trains the preset on it: the MLPs run in NumPy on the host, the embedding lookups and sparse
+updates on the device, all through CXL.mem and the device's registers. Each batch's pooled
+outputs, loss and updated rows, and at the end every table row and the MLP, are compared bit
+for bit with the golden model (``sw_model``).
 
-Power failure and recovery need the checkpoint engine (``hw/ckpt``), which is not integrated
-into the device yet, so the RTL run trains without power failure and says so. ``--golden-only``
-runs that part on the golden model alone: a power failure at a seeded random batch and phase,
-recovery to the state the persistence contract prescribes, resumption, and a bit-exact check
-against an independent golden replay.
+With the checkpoint engine in the device (``hw/ckpt``), the run (``tb/device/cocotb_demo.py``)
+first trains ``--baseline`` batches with logging off (the cycles without checkpointing), then
+trains from scratch with undo logging and MLP snapshots, fails power once at a point drawn from
+``--seed`` (batch, command, delay, GPF warning or not, which unacknowledged writes survive),
+resets, RECOVERs, checks the recovered tables and MLP against the state the persistence
+contract allows (``sw_model.checkpoint``), resumes, and finishes; it prints the checkpoint
+overhead, the recovery cycles and the verdict. Without the engine it trains without power
+failure and says so. The exit status is 1 on any difference.
+
+``--golden-only`` runs the power-failure flow on the golden model alone (no RTL).
 """
 
 import argparse
@@ -128,10 +135,13 @@ def rtl_run(preset, batches: int, seed: int, gpu_cycles: int, *, baseline: int,
             profile: str) -> int:
     """Train on the device RTL in Verilator, checked against the golden model; with the
     checkpoint engine, with a power failure and recovery."""
+    from hw.device import device_params
     from sim.runner import SimulationFailed, run
     from tb.device.test_device import SYSTEM
 
-    checkpointing = SYSTEM.elaboratable().device.checkpointing
+    checkpointing = SYSTEM.params.get("checkpointing")
+    if checkpointing is None:   # the preset's device decides (hw.device.device_params)
+        checkpointing = device_params(get_preset(SYSTEM.params["preset"]))["checkpointing"]
     print("TrainingCXL demo: DLRM training on the device RTL (Verilator), checked bit for bit "
           "against the golden model.")
     if not checkpointing:

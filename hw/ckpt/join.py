@@ -8,7 +8,8 @@ memory unchanged, except that:
   completes);
 * the tap may hold one read address (``engine_ar_hold``) and hold read data
   (``engine_r_hold``, when its log buffer is nearly full);
-* the checkpoint engine's own single-beat reads and writes share the port, with the top four
+* the checkpoint engine's own single-beat reads and writes share the port (the engine's writes
+  have priority: the log only needs to be persistent when UPDATE comes), with the top four
   IDs ``2**id_width - 4 + kind`` (:class:`~hw.ckpt.layouts.OwnWrite` for writes, ``kind = 0``
   for reads). The embedding engine must use IDs below ``2**id_width - 4``; a request with a
   reserved ID, or a write burst, is never accepted and raises ``protocol_error``.
@@ -195,21 +196,25 @@ class AxiJoin(wiring.Component):
         own_wants = self.own_w.valid & own_room
         engine_wants = (engine.awvalid & engine.wvalid & engine_write_legal
                         & self.engine_write_open & (engine_count != self._max_writes))
-        prefer_engine = Signal()  # round robin: neither side can starve the other
-        take_own = stage_free & own_wants & (~engine_wants | ~prefer_engine)
-        take_engine = stage_free & engine_wants & ~take_own
+        # The engine's writes first: they are on its critical path (a LOOKUP's output lines),
+        # while the log only has to be persistent by the time UPDATE arrives, so it drains in
+        # the gaps (PMEM write bandwidth is the scarce resource). The own writes cannot
+        # starve: the engine's writes are finite and gated, and the flag and commit records
+        # are written while the gate is closed.
+        take_engine = stage_free & engine_wants
+        take_own = stage_free & own_wants & ~engine_wants
         own_taken = Signal()
         engine_taken = Signal()
         m.d.comb += [own_taken.eq(take_own), engine_taken.eq(take_engine)]
         with m.If(take_own):
             m.d.comb += self.own_w.ready.eq(1)
-            m.d.sync += [aw_pending.eq(1), w_pending.eq(1), prefer_engine.eq(1),
+            m.d.sync += [aw_pending.eq(1), w_pending.eq(1),
                          w_id.eq(base + own_kind.as_value()),
                          w_addr.eq(Cat(Const(0, 6), self.own_w.payload.line)),
                          w_data.eq(self.own_w.payload.data), w_strb.eq(-1)]
         with m.If(take_engine):
             m.d.comb += [engine.awready.eq(1), engine.wready.eq(1)]
-            m.d.sync += [aw_pending.eq(1), w_pending.eq(1), prefer_engine.eq(0),
+            m.d.sync += [aw_pending.eq(1), w_pending.eq(1),
                          w_id.eq(engine.awid), w_addr.eq(engine.awaddr),
                          w_data.eq(engine.wdata), w_strb.eq(engine.wstrb)]
 

@@ -11,20 +11,16 @@ import random
 import time
 
 import cocotb
+from cocotb.utils import get_sim_time
 
 from hw.ckpt.layouts import CheckpointPhase
 from hw.emb.layouts import LINE_BYTES
 from sim.pmem import PROFILES
 from sim.rtl import design_from_env
 from sw_model.presets import get_preset
-from tb.common import reset, start_clock
+from tb.common import CLOCK_PERIOD_NS, reset, start_clock
 
 from .host import Device, FailurePlan, MemoryMap, Trainer
-
-
-def _counters(device):
-    return {name: device.value(f"ckpt_counters__{name}")
-            for name in ("log_entries", "log_duplicates", "own_writes", "interlock_cycles")}
 
 
 @cocotb.test()
@@ -39,7 +35,7 @@ async def measure(dut):
     await reset(dut)
     results = {"runs": [], "profile": spec["profile"]}
     wall = time.monotonic()
-    first_cycle = device.now()
+    first_ns = get_sim_time("ns")  # (the model's cycle counter restarts at a power cycle)
     for gap in spec["host_gaps"]:
         for checkpointing in (False, True):
             device.configure(preset, layout, params["memory_lines"] * LINE_BYTES,
@@ -50,12 +46,12 @@ async def measure(dut):
                               max_unique_rows=params["max_unique_rows"],
                               checkpointing=checkpointing, host_gap=gap)
             await trainer.load_initial()
-            before = _counters(device)
+            before = device.counters()
             started_wall, started = time.monotonic(), device.now()
             while trainer.next_batch < preset.num_batches:
                 assert await trainer.run_batch() is None
             seconds, cycles = time.monotonic() - started_wall, device.now() - started
-            after = _counters(device)
+            after = device.counters()
             results["runs"].append({
                 "host_gap": gap, "checkpointing": checkpointing,
                 "batches": trainer.batch_cycles,
@@ -73,7 +69,9 @@ async def measure(dut):
     for _ in range(spec["recovery_batch"]):
         assert await trainer.run_batch() is None
     draw = random.Random(spec["seed"])
-    plan = FailurePlan(batch=spec["recovery_batch"], step="update", delay=draw.randrange(20, 60),
+    # (Late enough for the flag to be persistent: the rows being written are rolled back.)
+    plan = FailurePlan(batch=spec["recovery_batch"], step="update",
+                       delay=draw.randrange(150, 400),
                        seed=draw.randrange(1, 2**31), on_phase=CheckpointPhase.UPDATE)
     injector = await trainer.run_batch(plan)
     result = await trainer.fail_and_recover(plan, injector)
@@ -84,7 +82,7 @@ async def measure(dut):
         "restored_entries": result.restored_entries,
         "table_lines": table_lines,
     }
-    results["simulated_cycles"] = device.now() - first_cycle
+    results["simulated_cycles"] = int((get_sim_time("ns") - first_ns) // CLOCK_PERIOD_NS)
     results["wall_seconds"] = time.monotonic() - wall
     results["profile_timing"] = PROFILES[spec["profile"]].inputs()
     with open(os.environ["BENCH_RESULT"], "w") as out:

@@ -20,13 +20,14 @@ import traceback
 
 import cocotb
 from cocotb.triggers import RisingEdge
+from cocotb.utils import get_sim_time
 
 from hw.ckpt.layouts import CheckpointPhase
 from hw.emb.layouts import LINE_BYTES
 from sim.rtl import design_from_env
 from sw_model.checkpoint import CheckpointOracle, first_table_difference
 from sw_model.presets import get_preset
-from tb.common import reset, start_clock
+from tb.common import CLOCK_PERIOD_NS, reset, start_clock
 
 from .host import Device, MemoryMap, Trainer, random_plan
 
@@ -52,7 +53,8 @@ async def campaign(dut):
     device.set_profile(spec["profile"])
     start_clock(dut)
     await reset(dut)
-    started, first_cycle = time.monotonic(), device.now()
+    # (The PMEM model's cycle counter restarts at every power cycle: count simulated time.)
+    started, first_ns = time.monotonic(), get_sim_time("ns")
     log = dut._log.info
     trainer = await _fresh_run(device, preset, layout, params, log)
     oracle = CheckpointOracle(preset, max_unique_rows=params["max_unique_rows"])
@@ -61,8 +63,13 @@ async def campaign(dut):
     for index in range(spec["trials"]):
         entry = {"trial": index}
         try:
-            # Train 0..2 batches normally, then fail in the next one.
-            for _ in range(draw.randrange(0, 3)):
+            # Train 0..2 batches normally (or up to the next snapshot batch, a third of the
+            # time), then fail in the next one.
+            interval = preset.snapshot_interval
+            normal = draw.randrange(0, 3)
+            if draw.random() < 0.33:
+                normal = (interval - 1 - trainer.next_batch) % interval
+            for _ in range(normal):
                 if trainer.next_batch >= preset.num_batches:
                     break
                 assert await trainer.run_batch() is None
@@ -82,7 +89,7 @@ async def campaign(dut):
                 plan.on_phase = draw.choice([CheckpointPhase.SEAL, CheckpointPhase.UPDATE,
                                              CheckpointPhase.COMMIT])
                 plan.delay = draw.randrange(0, {CheckpointPhase.SEAL: 4,
-                                                CheckpointPhase.UPDATE: 200,
+                                                CheckpointPhase.UPDATE: 500,
                                                 CheckpointPhase.COMMIT: 4}[plan.on_phase])
             entry.update(batch=batch, step=plan.step, delay=plan.delay, keep=plan.keep,
                          on_phase=plan.on_phase.name if plan.on_phase else None,
@@ -129,7 +136,7 @@ async def campaign(dut):
                           time.monotonic() - started)
     await RisingEdge(dut.clk)
     seconds = time.monotonic() - started
-    cycles = device.now() - first_cycle
+    cycles = int((get_sim_time("ns") - first_ns) // CLOCK_PERIOD_NS)
     result = {"trials": trials, "runs": runs, "final_checks": final_checks,
               "wall_seconds": seconds, "cycles": cycles,
               "cycles_per_second": cycles / seconds if seconds else 0.0}

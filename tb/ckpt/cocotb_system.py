@@ -100,8 +100,7 @@ async def train_without_failure(dut):
             assert bench.device.value("snapshot_slot") == (n // bench.preset.snapshot_interval) % 2
     golden = bench.oracle.golden_run(record_pooled=False).state.tables
     assert first_table_difference(golden, await trainer.table_state()) is None
-    counters = {name: bench.device.value(f"ckpt_counters__{name}")
-                for name in ("log_entries", "log_duplicates", "own_writes", "interlock_cycles")}
+    counters = bench.device.counters()
     dut._log.info("checkpoint counters %s; cycles per batch: %s", counters,
                   [c["total"] for c in trainer.batch_cycles])
     assert counters["log_entries"] > 0 and counters["log_duplicates"] > 0
@@ -118,11 +117,13 @@ async def crash_in_lookup(dut):
 
 @cocotb.test()
 async def crash_in_update(dut):
-    """Power fails while rows are being written in place: rolled back from the log."""
+    """Power fails while rows are being written in place: rolled back from the log. (The
+    flag persists about 80 cycles into the UPDATE phase at the pmem profile's write latency,
+    and the in-place writes take several hundred more.)"""
     draw = random.Random(cocotb.RANDOM_SEED + 1)
     bench = await Bench.create(dut)
     result = await bench.run_with_failure(FailurePlan(
-        batch=6, step="update", delay=draw.randrange(5, 150), seed=draw.randrange(1, 2**31),
+        batch=6, step="update", delay=draw.randrange(120, 400), seed=draw.randrange(1, 2**31),
         on_phase=CheckpointPhase.UPDATE))
     assert result.failure.phase == Phase.UPDATE
     assert result.reported_committed == 5 and result.restored_entries > 0
@@ -155,9 +156,9 @@ async def crash_during_recovery(dut):
     draw = random.Random(cocotb.RANDOM_SEED + 4)
     bench = await Bench.create(dut)
     result = await bench.run_with_failure(FailurePlan(
-        batch=6, step="update", delay=draw.randrange(20, 120), seed=draw.randrange(1, 2**31),
+        batch=6, step="update", delay=draw.randrange(120, 400), seed=draw.randrange(1, 2**31),
         on_phase=CheckpointPhase.UPDATE, recovery_delay=draw.randrange(150, 500)))
-    assert result.recovery_failed_again
+    assert result.recovery_failed_again and result.restored_entries > 0
 
 
 @cocotb.test()

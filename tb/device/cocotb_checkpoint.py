@@ -20,11 +20,13 @@ from tb.device.training import CheckedTraining, recover_and_check
 
 
 async def _attached(bench, *, snapshots=True):
-    """Configure with logging, load the initial state, RECOVER (formats), seal snapshot -1."""
+    """Configure with logging, load the initial state, RECOVER (formats: the metadata an
+    earlier test left in this persistent memory is erased first), seal snapshot -1."""
     capacity = bench.device.register_config.max_unique_rows
     trainer = bench.trainer(gpu_cycles=100)
     checked = CheckedTraining(bench, trainer, capacity=capacity)
     await trainer.configure(logging=True)
+    await trainer.erase_checkpoint_state()
     await trainer.load(checked.golden.tables, checked.golden.mlp)
     formatted = await trainer.attach()
     assert (formatted.last_committed, formatted.snapshot_batch) == (-1, -1), formatted
@@ -71,6 +73,7 @@ async def commands_out_of_order_are_refused(dut):
     await bench.start()
     trainer = bench.trainer()
     await trainer.configure(logging=True)
+    await trainer.erase_checkpoint_state()
     batch = await trainer.stage(0)
     command = trainer._command(0, batch, trainer.slot(0).output)
     done = await bench.driver.run(Opcode.LOOKUP, check=False, **command)
@@ -133,10 +136,11 @@ async def power_failure_during_update_rolls_back(dut):
 
 @cocotb.test()
 async def power_failure_with_warning_drains(dut):
-    """A GPF warning during LOOKUP(3): the device drains (and reports how long), power goes,
-    RECOVER reports batch 2 committed and the newest snapshot, bit-exact."""
+    """A GPF warning while LOOKUP(3) gathers and logs: the device drains its log and writes
+    (and reports how long), power goes, RECOVER reports batch 2 committed and the newest
+    snapshot, bit-exact."""
     failure, check = await _fail_and_recover(dut, stream=53, armed_for=lambda bench: ArmedFailure(
-        Opcode.LOOKUP, 3, delay=30, warning=True, seed=777, keep=0))
+        Opcode.LOOKUP, 3, delay=300, warning=True, seed=777, keep=0))
     assert failure.gpf_drain_cycles > 0, failure
     assert check.last_committed == 2, check
 

@@ -63,6 +63,7 @@ async def _checkpointed_run(bench, trainer, report, batches, baseline, seed):
     # 2. fresh state, logging on, format, seal the initial MLP
     run = CheckedTraining(bench, trainer, capacity=capacity, stage="ckpt")
     await trainer.configure(logging=True)
+    await trainer.erase_checkpoint_state()
     await trainer.load(run.golden.tables, run.golden.mlp)
     formatted = await trainer.attach()
     assert (formatted.last_committed, formatted.snapshot_batch) == (-1, -1), formatted

@@ -82,7 +82,8 @@ class DeviceSystem(wiring.Component):
         return self._memory
 
     @property
-    def read_latency(self):
+    def axi_read_latency(self):
+        """The ``"axi"`` model's read latency (the ``"pmem"`` model takes it as an input)."""
         return self._read_latency
 
     @property

@@ -1,6 +1,7 @@
 """The whole device in Verilator (tb/device/cocotb_device.py): one build of the `tiny` preset's
-device (the `device` top of hw/tops.py) with its memory, every test through CXL.mem and the
-registers."""
+device (the `device` top of hw/tops.py: four memory channels, and the checkpoint engine when
+hw/ckpt/engine.py exists, here with logging off) with its memory, every test through CXL.mem
+and the registers. The checkpoint tests and the demo run on the same build."""
 
 import pytest
 

@@ -29,8 +29,8 @@ from hw.device_regs import ENGINE_COUNTERS, ERRORS, MAGIC, VERSION
 from hw.emb.layouts import ErrorCode, Opcode, PoolingMode
 from tb.common import CLOCK_PERIOD_NS
 
-__all__ = ["NO_BATCH", "CommandError", "Completion", "DeviceDriver", "RecoveryReport",
-           "RegisterBusError", "TableConfig", "batch_number"]
+__all__ = ["NO_BATCH", "CommandError", "CommandQueueFull", "Completion", "DeviceDriver",
+           "RecoveryReport", "RegisterBusError", "TableConfig", "batch_number"]
 
 #: Batch -1 ("before batch 0") in the 32-bit batch registers and command field.
 NO_BATCH = 0xFFFF_FFFF
@@ -43,6 +43,10 @@ def batch_number(value: int) -> int:
 
 class RegisterBusError(Exception):
     """A register access answered SLVERR/DECERR (an address outside the map)."""
+
+
+class CommandQueueFull(Exception):
+    """The device dropped a doorbell: its command queue was full."""
 
 
 class CommandError(Exception):
@@ -252,16 +256,21 @@ class DeviceDriver:
     async def submit(self, opcode, *, batch: int, bags: int = 0, tables: int = 0,
                      num_indices: int = 0, indices: int = 0, offsets: int = 0,
                      weights: int = 0, output: int = 0) -> int:
-        """Queue one command; returns its sequence number (mod 2**16)."""
+        """Queue one command; returns its sequence number (mod 2**16). Raises
+        :class:`CommandQueueFull` if the device dropped it."""
         await self._write_cached("CMD_BATCH", batch=batch)
         await self._write_cached("CMD_SHAPE", bags=bags, tables=tables)
         await self._write_cached("CMD_NUM_INDICES", num_indices=num_indices)
         for name, address in (("INDICES", indices), ("OFFSETS", offsets),
                               ("WEIGHTS", weights), ("OUTPUT", output)):
             await self._write_wide(f"CMD_{name}", "address", address, cached=True)
-        await self.write("DOORBELL", opcode=int(getattr(opcode, "value", opcode)))
         sequence = self._submitted
-        self._submitted = (self._submitted + 1) % (1 << 16)
+        await self.write("DOORBELL", opcode=int(getattr(opcode, "value", opcode)))
+        # The device counts what it accepted: a full queue drops the doorbell.
+        self._submitted = (await self.read("COMMAND_QUEUE"))["submitted"]
+        if self._submitted == sequence:
+            raise CommandQueueFull(f"doorbell of {getattr(opcode, 'name', opcode)} (batch "
+                                   f"{batch}) dropped: the command queue is full")
         return sequence
 
     async def wait_completion(self, *, timeout_cycles: int | None = 2_000_000) -> Completion:

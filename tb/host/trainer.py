@@ -217,6 +217,15 @@ class HostTrainer:
         """RECOVER: format fresh memory, or roll back to the last committed batch."""
         return await self.driver.recover()
 
+    async def erase_checkpoint_state(self) -> None:
+        """Zero the checkpoint metadata, so that the next RECOVER formats (a factory reset:
+        memory is persistent, so an earlier run's state would otherwise be found). The region
+        is closed to the host, so this opens it with CONTROL.debug_unlock for the writes."""
+        base, size = self.plan.meta_region
+        await self.driver.set_control(debug_unlock=1)
+        await self.host.write(self.hpa(base), bytes(size))
+        await self.driver.set_control(debug_unlock=0)
+
     async def write_snapshot(self, slot: int) -> None:
         """The MLP parameters (snapshot order, float32) into snapshot slot ``slot``."""
         raw = np.ascontiguousarray(self.mlp.flat(), dtype="<f4").tobytes()

@@ -30,11 +30,40 @@ def test_checkpointing_must_be_a_bool():
         TrainingCxlDevice(checkpointing=1)
 
 
-@pytest.mark.skipif(checkpoint_engine_available(), reason="the checkpoint engine exists")
-def test_checkpointing_needs_the_checkpoint_engine():
+def test_checkpointing_needs_the_checkpoint_engine(monkeypatch):
+    monkeypatch.setattr("hw.device.checkpoint_engine_available", lambda: False)
     with pytest.raises(ValueError, match=r"Checkpointing needs the CheckpointEngine "
                                          r"\(hw/ckpt/engine\.py\), which is not in this tree yet"):
         TrainingCxlDevice(checkpointing=True)
+
+
+needs_checkpoint_engine = pytest.mark.skipif(not checkpoint_engine_available(),
+                                             reason="hw/ckpt/engine.py is not in the tree")
+
+
+@needs_checkpoint_engine
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"num_protected": 15},
+     r"Protected range count \(with checkpointing\) must be an integer in 1\.\.14, not 15"),
+    ({"id_width": 3, "outstanding_reads": 4, "host_outstanding": 8},
+     r"With checkpointing the engine's IDs must stay below 4 \(the top four of 3 ID bits are "
+     r"the checkpoint engine's\): 4 outstanding reads plus 3 stream IDs do not"),
+])
+def test_checkpointing_parameter_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TrainingCxlDevice(checkpointing=True, **kwargs)
+
+
+@needs_checkpoint_engine
+def test_checkpointing_ports_and_registers():
+    device = TrainingCxlDevice(**device_params(get_preset("tiny"), checkpointing=True))
+    assert {"gpf", "gpf_done"} <= set(device.signature.members)
+    names = {r.name for r in device.register_map}
+    assert {"CKPT_CONTROL", "CKPT_INTERVAL", "CKPT_META_BASE_0", "CKPT_LOG_SIZE_0",
+            "CKPT_SNAPSHOT1_BASE_0", "CKPT_STATUS", "LAST_COMMITTED", "SNAPSHOT_BATCH",
+            "RECOVERY_CYCLES", "GPF_DRAIN_CYCLES", "CKPT_LOG_ENTRIES"} <= names
+    assert device.register_map["CKPT_CONTROL"].fields[0].init == 1   # logging on by default
+    assert device.register_map.addr_width <= 12
 
 
 @pytest.mark.parametrize("channels", [1, 2, 4])
