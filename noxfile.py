@@ -41,14 +41,14 @@ def _pytest(session, *args):
 def tests(session):
     """Everything CI runs: unit tests and the cocotb testbenches in Verilator."""
     _install(session, "sim", "fpga")
-    _pytest(session, "-m", "not slow", "tests", "tb")
+    _pytest(session, "-m", "not slow and not wip", "tests", "tb")
 
 
 @nox.session
 def unit(session):
     """Fast tests: golden model and blocks in Amaranth's own simulator."""
     _install(session, "sim", "fpga")
-    _pytest(session, "-m", "not sim and not slow", "tests")
+    _pytest(session, "-m", "not sim and not slow and not wip", "tests")
 
 
 @nox.session
@@ -58,7 +58,7 @@ def sim(session):
     _install(session, "sim")
     args = ["tb"]
     if not any(a == "-m" for a in session.posargs):
-        args = ["-m", "sim and not slow", "tb"]
+        args = ["-m", "sim and not slow and not wip", "tb"]
     _pytest(session, *args)
 
 
