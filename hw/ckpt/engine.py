@@ -416,6 +416,7 @@ class CheckpointEngine(wiring.Component):
         meta_issued = Signal(range(META_LINES + 1))
         meta_received = Signal(range(META_LINES + 1))
         rollback_area = Signal()
+        sealed_slot = Signal()     # the snapshot slot whose record is being written
         rollback_total = Signal(32)
         recovery_cycles = Signal(32)
         restored_entries = Signal(32)
@@ -451,9 +452,8 @@ class CheckpointEngine(wiring.Component):
             m.d.sync += forward.eq(0)
 
         write_gate = Signal()
-        read_gate = Signal(init=1)
         m.d.comb += [join.engine_write_open.eq(write_gate & ~self.gpf),
-                     join.engine_read_open.eq(read_gate & ~self.gpf),
+                     join.engine_read_open.eq(~self.gpf),
                      tap.table_count.eq(command.tables)]
 
         phase = Signal(CheckpointPhase)
@@ -617,7 +617,7 @@ class CheckpointEngine(wiring.Component):
                     ctl_w.payload.kind.eq(OwnWrite.OTHER),
                 ]
                 with m.If(ctl_w.ready):
-                    m.d.sync += rollback_area.eq(next_slot)  # reused: the slot being sealed
+                    m.d.sync += sealed_slot.eq(next_slot)
                     m.next = "SnapshotWait"
             with m.State("SnapshotWait"):
                 m.d.comb += phase.eq(CheckpointPhase.SNAPSHOT)
@@ -627,7 +627,7 @@ class CheckpointEngine(wiring.Component):
                                      reply.error.eq(ErrorCode.BUS_ERROR)]
                     with m.Else():
                         for slot in range(2):
-                            with m.If(rollback_area == slot):
+                            with m.If(sealed_slot == slot):
                                 m.d.sync += [snap_valid[slot].eq(1),
                                              snap_batch[slot].eq(batch)]
                     m.next = "Reply"

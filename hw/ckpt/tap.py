@@ -153,12 +153,13 @@ class LookupTap(wiring.Component):
 
         # Stage 1: the R beat is registered; the context read finishes.
         s1_valid = Signal()
+        s1_last = Signal()
         s1_id = Signal(self._id_width)
         s1_data = Signal(LINE_BITS)
         tapped_r = self.r_fire & in_flight.bit_select(self.rid, 1)
         m.d.comb += lookup.addr.eq(self.rid)
-        m.d.sync += [s1_valid.eq(tapped_r & (self.rresp == 0)), s1_id.eq(self.rid),
-                     s1_data.eq(self.rdata)]
+        m.d.sync += [s1_valid.eq(tapped_r & (self.rresp == 0)), s1_last.eq(self.rlast),
+                     s1_id.eq(self.rid), s1_data.eq(self.rdata)]
         set_mask = Signal(ids)
         clear_mask = Signal(ids)
         with m.If(tapped_ar & self.ar_fire):
@@ -167,8 +168,10 @@ class LookupTap(wiring.Component):
             m.d.comb += clear_mask.eq(1 << self.rid)
         m.d.sync += in_flight.eq((in_flight | set_mask) & ~clear_mask)
         s1_line = lookup.data
+        # Only within a burst: after its last beat the ID is free, and a new table read on it
+        # may be recording its own line in this very cycle.
         m.d.comb += [advance.addr.eq(s1_id), advance.data.eq(s1_line + 1),
-                     advance.en.eq(s1_valid)]
+                     advance.en.eq(s1_valid & ~s1_last)]
 
         # Stage 2: the filter read finishes. Stage 3: compare, record, push.
         s2_valid = Signal()

@@ -156,3 +156,24 @@ async def power_failure_during_snapshot(dut):
     assert check.last_committed == k, check
     assert check.snapshot_batch in (-1, k), check
     await ClockCycles(dut.clk, 1)
+
+
+@cocotb.test()
+async def logging_after_pass_through(dut):
+    """Batches with logging off (the no-checkpoint baseline), then the same device formatted
+    and training with logging from a fresh state: both bit-exact."""
+    bench = DeviceBench(dut, stream=55)
+    await bench.start()
+    capacity = bench.device.register_config.max_unique_rows
+    trainer = bench.trainer(gpu_cycles=100)
+    base = CheckedTraining(bench, trainer, capacity=capacity, stage="baseline")
+    await trainer.configure(logging=False)
+    await trainer.load(base.golden.tables, base.golden.mlp)
+    for number in range(2):
+        await base.batch(number, last=number == 1)
+    assert not base.failures, base.failures
+    trainer, checked = await _attached(bench)
+    for number in range(2):
+        await checked.batch(number, last=number == 1)
+    await checked.check_final()
+    assert not checked.failures, checked.failures

@@ -68,9 +68,9 @@ class PowerControl:
 
     async def hook(self, opcode, batch) -> None:
         """``DeviceDriver.after_doorbell``: cut power if a failure is armed for this command."""
-        opcode = Opcode(getattr(opcode, "value", opcode))
+        opcode = getattr(opcode, "value", opcode)
         for armed in self.armed:
-            if (armed.opcode, armed.batch) == (opcode, batch):
+            if (armed.opcode.value, armed.batch) == (opcode, batch):
                 self.armed.remove(armed)
                 failure = await self.cut(armed)
                 raise PowerFailed(failure)
