@@ -25,9 +25,26 @@ Shadow counters at the memory port classify every write by its AXI ID (own write
    UPDATE, after the engine reported done and every one of its writes has its B response;
 4. *commit before success*: the sequencer reports COMMITTED only after the commit's B.
 
-Helper assertions tie the shadow counters to the join's own (accepted = issued + waiting in
-the stage), which makes the properties provable by k-induction, not only bounded. Covers show
-that each event is reachable.
+The properties hold in every reachable state: ``python -m hw.ckpt.formal`` proves them by
+k-induction (``--mode bmc`` checks them to a bounded depth only). An induction step may start
+from any state that satisfies the assertions, reachable or not, so auxiliary assertions (true
+in every reachable state, checked like the properties) rule out the unreachable ones:
+
+* the shadow counters agree with the join's (accepted = issued + the write waiting in the
+  join's register stage); no OTHER write is outstanding; ``updating`` is the sequencer's
+  ``busy``;
+* per sequencer phase: outside UPDATE and DRAIN no engine write, flag or commit record is
+  outstanding and nothing is forwarded; from FLAG on the log is drained and has no write
+  outstanding; in UPDATE and DRAIN at most the one flag write is outstanding, it is
+  persistent exactly when none is, and an engine write is outstanding only once it is; the
+  engine is busy (``forwarded``) exactly in UPDATE and has finished in DRAIN and COMMIT; in
+  COMMIT everything before the commit record is persistent, and the record is not yet
+  accepted (Commit) or is the one outstanding write of its kind, persistent exactly when
+  none is (CommitWait).
+
+With them the properties are 1-inductive. Covers show that each event is reachable. The
+environment's assumptions restrict only the free inputs (given the current state), never the
+sequencer's or the join's registers.
 """
 
 from amaranth.asserts import AnyConst, AnySeq
@@ -45,10 +62,17 @@ FORMAL_PARAMETERS = {"addr_width": 12, "id_width": 3, "max_outstanding_writes": 
 
 class OrderingHarness(Elaboratable):
     """``sequencer_class`` (UpdateSequencer or a mutant) + AxiJoin on free inputs, with the
-    shadow model and the assertions of the module docstring."""
+    shadow model and the assertions of the module docstring.
 
-    def __init__(self, sequencer_class=UpdateSequencer, **parameters):
+    ``auxiliary=False`` leaves out the auxiliary invariants, so that only the four ordering
+    properties are checked (for the mutants: a counterexample then violates a property, not
+    merely an invariant of the real sequencer's implementation). Without them the properties
+    still hold, but only the bounded check can show it.
+    """
+
+    def __init__(self, sequencer_class=UpdateSequencer, *, auxiliary=True, **parameters):
         self.sequencer_class = sequencer_class
+        self.auxiliary = auxiliary
         self.parameters = {**FORMAL_PARAMETERS, **parameters}
 
     def elaborate(self, platform):
@@ -176,47 +200,12 @@ class OrderingHarness(Elaboratable):
         with m.If(seq.finished & (seq.outcome == UpdateOutcome.COMMITTED)):
             m.d.comb += Assert(commit_persisted)
 
-        # Helper invariants (true by construction; they make the proof inductive):
-        # the join's counts are the issued ones plus the write waiting in its stage.
-        for kind in OwnWrite:
-            waiting = join.stage_aw & (join.stage_id == own(kind))
-            m.d.comb += Assert(join.own_outstanding[kind.value] == counts[kind] + waiting)
-        waiting = join.stage_aw & (join.stage_id < base)
-        m.d.comb += Assert(join.engine_outstanding == engine_writes + waiting)
-        m.d.comb += Assert(updating == seq.busy)
-        # What each step of the sequencer implies about the shadow state.
-        phase = seq.phase
-        before_flag = (phase == CheckpointPhase.IDLE) | (phase == CheckpointPhase.SEAL) \
-            | (phase == CheckpointPhase.FLAG)
-        after_flag = (phase == CheckpointPhase.UPDATE) | (phase == CheckpointPhase.DRAIN) \
-            | (phase == CheckpointPhase.COMMIT) | (phase == CheckpointPhase.REPLY)
-        committing = phase == CheckpointPhase.COMMIT
-        m.d.comb += Assert(before_flag | after_flag)
-        own_count = join.own_outstanding
-        with m.If(before_flag):
-            m.d.comb += Assert((join.engine_outstanding == 0) & ~forwarded
-                               & (own_count[OwnWrite.FLAG.value] == 0)
-                               & (own_count[OwnWrite.COMMIT.value] == 0))
-        with m.If(before_flag & updating):
-            m.d.comb += Assert(~flag_persisted & ~engine_finished & ~commit_persisted)
-        with m.If((phase == CheckpointPhase.UPDATE) | (phase == CheckpointPhase.DRAIN)):
-            m.d.comb += Assert(drained_seen & (own_count[OwnWrite.LOG.value] == 0)
-                               & ~commit_persisted & (own_count[OwnWrite.COMMIT.value] == 0))
-        with m.If(after_flag & (own_count[OwnWrite.FLAG.value] == 0) & ~seq.finished):
-            m.d.comb += Assert(flag_persisted)
-        with m.If(forwarded):
-            m.d.comb += Assert((phase == CheckpointPhase.UPDATE) & ~engine_finished)
-        with m.If(phase == CheckpointPhase.DRAIN):
-            m.d.comb += Assert(engine_finished & ~forwarded)
-        with m.If(committing):
-            m.d.comb += Assert(engine_finished & flag_persisted & drained_seen
-                               & (join.engine_outstanding == 0)
-                               & (own_count[OwnWrite.LOG.value] == 0)
-                               & (own_count[OwnWrite.FLAG.value] == 0))
-        with m.If(committing & ~seq.write.valid & (own_count[OwnWrite.COMMIT.value] == 0)):
-            m.d.comb += Assert(commit_persisted)
-        with m.If(committing & seq.write.valid):
-            m.d.comb += Assert((own_count[OwnWrite.COMMIT.value] == 0) & ~commit_persisted)
+        if self.auxiliary:
+            self._auxiliary_invariants(
+                m, join=join, seq=seq, counts=counts, engine_writes=engine_writes,
+                updating=updating, forwarded=forwarded, flag_persisted=flag_persisted,
+                engine_finished=engine_finished, commit_persisted=commit_persisted,
+                drained_seen=drained_seen)
 
         m.d.comb += [
             Cover(engine_write & updating),
@@ -224,3 +213,72 @@ class OrderingHarness(Elaboratable):
             Cover(seq.finished & (seq.outcome == UpdateOutcome.COMMITTED)),
         ]
         return m
+
+    def _auxiliary_invariants(self, m, *, join, seq, counts, engine_writes, updating, forwarded,
+                              flag_persisted, engine_finished, commit_persisted, drained_seen):
+        """True in every reachable state; they rule out the unreachable states that an
+        induction step could otherwise start from (e.g. an engine write accepted while the flag
+        is still outstanding), which makes the properties provable by k-induction, not only
+        bounded (module docstring)."""
+        base = own_id_base(self.parameters["id_width"])
+        own_count = join.own_outstanding
+
+        def outstanding(kind):
+            return own_count[kind.value]
+
+        # The join's counts are the issued ones plus the write waiting in its stage.
+        for kind in OwnWrite:
+            waiting = join.stage_aw & (join.stage_id == base + kind.value)
+            m.d.comb += Assert(outstanding(kind) == counts[kind] + waiting)
+        waiting = join.stage_aw & (join.stage_id < base)
+        m.d.comb += Assert(join.engine_outstanding == engine_writes + waiting)
+        # Nothing here writes with the OTHER kind (restores, snapshots: not part of UPDATE).
+        m.d.comb += Assert(outstanding(OwnWrite.OTHER) == 0)
+        m.d.comb += Assert(updating == seq.busy)
+
+        # What each step of the sequencer implies about the shadow state.
+        phase = seq.phase
+        idle = phase == CheckpointPhase.IDLE
+        sealing = phase == CheckpointPhase.SEAL
+        flagging = phase == CheckpointPhase.FLAG
+        in_update = phase == CheckpointPhase.UPDATE
+        draining = phase == CheckpointPhase.DRAIN
+        committing = phase == CheckpointPhase.COMMIT    # Commit (write.valid) and CommitWait
+        replying = phase == CheckpointPhase.REPLY
+        m.d.comb += Assert(idle | sealing | flagging | in_update | draining | committing
+                           | replying)
+        no_flag = outstanding(OwnWrite.FLAG) == 0
+        no_commit = outstanding(OwnWrite.COMMIT) == 0
+        no_log = outstanding(OwnWrite.LOG) == 0
+        no_engine = join.engine_outstanding == 0
+        # Outside UPDATE and DRAIN the gate is shut and no engine write is outstanding; no flag
+        # or commit record is outstanding outside their own phases.
+        with m.If(idle | sealing | flagging | replying):
+            m.d.comb += Assert(no_engine & no_flag & no_commit & ~forwarded)
+        with m.If(sealing | flagging):
+            m.d.comb += Assert(~flag_persisted & ~engine_finished & ~commit_persisted)
+        # From FLAG on, the log of this UPDATE is drained and persistent (and stays so).
+        with m.If(flagging | in_update | draining | committing):
+            m.d.comb += Assert(drained_seen & no_log)
+        # UPDATE and DRAIN: the one flag write is outstanding or persistent, and the engine's
+        # writes were accepted only after its B; the engine is busy exactly in UPDATE.
+        with m.If(in_update | draining):
+            m.d.comb += Assert((outstanding(OwnWrite.FLAG) <= 1) & (flag_persisted == no_flag)
+                               & (flag_persisted | no_engine)
+                               & no_commit & ~commit_persisted)
+        with m.If(in_update):
+            m.d.comb += Assert(forwarded & ~engine_finished)
+        with m.If(forwarded):
+            m.d.comb += Assert(in_update)
+        with m.If(draining):
+            m.d.comb += Assert(engine_finished & ~forwarded)
+        # COMMIT: everything before it is persistent; the one commit write is not yet accepted
+        # (Commit), or outstanding or persistent (CommitWait).
+        with m.If(committing):
+            m.d.comb += Assert(engine_finished & flag_persisted & ~forwarded
+                               & no_engine & no_flag)
+        with m.If(committing & seq.write.valid):
+            m.d.comb += Assert(no_commit & ~commit_persisted)
+        with m.If(committing & ~seq.write.valid):
+            m.d.comb += Assert((outstanding(OwnWrite.COMMIT) <= 1)
+                               & (commit_persisted == no_commit))

