@@ -2,8 +2,8 @@
 
 Board oscillators differ (ULX3S 25 MHz, ECPIX-5 100 MHz, Alveo U200 300 MHz, Agilex 7
 I-series kit 100 MHz) while a design has one Fmax per family. :func:`system_clock` keeps the
-board clock when it is slow enough and otherwise derives a slower one with the family's
-standard primitive:
+board clock when it is slow enough and otherwise derives a slower one (or, asked for a given
+frequency, a faster one where the primitive can) with the family's standard primitive:
 
 - ECP5: an ``EHXPLLL`` PLL, with divisors found as ``ecppll`` finds them;
 - UltraScale+: a ``BUFGCE_DIV`` global buffer dividing by 1 to 8.
@@ -83,30 +83,45 @@ def _ecp5_pll(m, clock_in, clock_out, locked, divisors, input_frequency):
         o_CLKOP=clock_out, o_LOCK=locked)
 
 
-def system_clock(m, platform, *, max_frequency):
+def system_clock(m, platform, *, max_frequency, frequency=None):
     """Give module ``m`` (the design's top) a ``sync`` domain of at most ``max_frequency``.
 
-    When the board clock is slow enough nothing is added (the platform creates ``sync`` from
-    it); otherwise ``m`` gets the domain, its divider and its reset synchroniser. The domain is
-    defined in ``m`` itself because Amaranth 0.5 deprecates domains propagating upwards from
-    submodules. Returns the frequency of ``sync``.
+    With ``frequency`` the domain runs at that frequency instead (an ECP5 PLL may multiply
+    the board clock up; it must not exceed ``max_frequency``). When the board clock is what
+    is needed nothing is added (the platform creates ``sync`` from it); otherwise ``m`` gets
+    the domain, its PLL or divider and its reset synchroniser. The domain is defined in ``m``
+    itself because Amaranth 0.5 deprecates domains propagating upwards from submodules.
+    Returns the frequency of ``sync``.
     """
     if not isinstance(max_frequency, (int, float)) or max_frequency <= 0:
         raise ValueError(f"Maximum frequency must be a positive number of Hz, not "
                          f"{max_frequency!r}")
+    if frequency is not None and (not isinstance(frequency, (int, float)) or frequency <= 0
+                                  or frequency > max_frequency):
+        raise ValueError(f"Frequency must be a positive number of Hz up to "
+                         f"{max_frequency:g}, not {frequency!r}")
     input_frequency = platform.default_clk_frequency
-    if input_frequency <= max_frequency:
+    if frequency is None:
+        if input_frequency <= max_frequency:
+            return input_frequency
+        target = max_frequency
+    elif frequency == input_frequency:
         return input_frequency
+    else:
+        target = frequency
 
     family = getattr(platform, "family", None)
     if family == "ecp5":
-        divisors = ecp5_pll_divisors(input_frequency, max_frequency)
+        divisors = ecp5_pll_divisors(input_frequency, target)
         if divisors.output_frequency > max_frequency:
             raise ValueError(f"The nearest ECP5 PLL output, {divisors.output_frequency:g} Hz, "
                              f"is above {max_frequency:g} Hz")
         frequency = divisors.output_frequency
     elif family == "ultrascaleplus":
-        divide = math.ceil(input_frequency / max_frequency)
+        if target > input_frequency:
+            raise ValueError(f"BUFGCE_DIV only divides; it cannot make {target:g} Hz from "
+                             f"{input_frequency:g} Hz")
+        divide = math.ceil(input_frequency / target)
         if divide > 8:
             raise ValueError(f"BUFGCE_DIV divides by at most 8; {input_frequency:g} Hz needs "
                              f"{divide}")

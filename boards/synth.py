@@ -3,7 +3,8 @@
 Usage::
 
     python -m boards.synth --board ulx3s-85f                  # bitstream + report + summary
-    python -m boards.synth --board ecpix5-85 --lanes 4 --vectors 32
+    python -m boards.synth --board ulx3s-85f --clock-mhz 80   # another PLL frequency
+    python -m boards.synth --board ecpix5-85 --design fp --lanes 4 --vectors 32
     python -m boards.synth --board alveo-u200 --no-build      # Vivado project and script
     python -m boards.synth --board agilex7-iseries-dk --no-build
 
@@ -14,9 +15,16 @@ a ``summary.json`` that lists it. ``--no-build`` writes the plan for any board.
 
 Designs
 -------
-``bist``
-    The built-in self-test (:mod:`boards.bist`): the FP32 lane units against NumPy results,
-    verdict on the LEDs and over the UART at 115200 baud.
+Both are built-in self-tests (:mod:`boards.bist`) with the verdict on the LEDs and over the
+UART at 115200 baud.
+
+``emb`` (the default)
+    The device core: the embedding engine (:mod:`boards.bist.emb_checks`) on block RAM standing
+    in for PMEM, running LOOKUP, UPDATE and LOOKUP against ``sw_model`` results; by default at
+    100 MHz from the FPGA's PLL (``--clock-mhz``).
+``fp``
+    The FP32 lane units against NumPy results (``--lanes``, ``--vectors``), at the board clock
+    slowed to the family's limit (``boards.bist.top.CLOCK_LIMITS``).
 """
 
 import argparse
@@ -28,36 +36,55 @@ from .platforms import BOARDS, get_board
 from .tables import utilization_cell
 from .toolchain import open_toolchain_available
 
-__all__ = ["DESIGNS", "main", "make_bist_top"]
+__all__ = ["DESIGNS", "EMB_CLOCK_MHZ", "main", "make_bist_top", "make_emb_top"]
 
 
 DEFAULT_OUT = Path("build/synth")
 
 
-def make_bist_top(*, lanes=16, vectors=64, seed=0):
+def make_bist_top(*, lanes=16, vectors=64, seed=0, clock_mhz=None):
     """The self-test of the FP32 lane units (an add check and a mul check)."""
     from .bist.fp_checks import fp_lane_checks
     from .bist.top import BISTBoardTop
 
     return BISTBoardTop(make_checks=lambda: fp_lane_checks(lanes=lanes, vectors=vectors,
-                                                           seed=seed))
+                                                           seed=seed),
+                        clock_frequency=None if clock_mhz is None else clock_mhz * 1e6)
 
 
-DESIGNS = {"bist": make_bist_top}
+#: Design clock of the ``emb`` design (the goal for the full ULX3S-85F design).
+EMB_CLOCK_MHZ = 100.0
+
+
+def make_emb_top(*, seed=0, clock_mhz=None):
+    """The self-test of the embedding engine (a LOOKUP check, an UPDATE + LOOKUP check)."""
+    from .bist.emb_checks import emb_checks
+    from .bist.top import BISTBoardTop
+
+    mhz = EMB_CLOCK_MHZ if clock_mhz is None else clock_mhz
+    return BISTBoardTop(make_checks=lambda: emb_checks(seed=seed), clock_frequency=mhz * 1e6)
+
+
+DESIGNS = {"emb": make_emb_top, "fp": make_bist_top}
+# Which command-line options each design takes.
+_DESIGN_OPTIONS = {"emb": ("seed", "clock_mhz"), "fp": ("lanes", "vectors", "seed", "clock_mhz")}
 
 
 def _parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m boards.synth", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--board", required=True, choices=sorted(BOARDS))
-    parser.add_argument("--design", default="bist", choices=sorted(DESIGNS))
+    parser.add_argument("--design", default="emb", choices=sorted(DESIGNS))
     parser.add_argument("--no-build", action="store_true",
                         help="only write the build plan (no toolchain needed)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help="output root (default: %(default)s)")
-    parser.add_argument("--lanes", type=int, default=16, help="FP lanes per unit (bist)")
-    parser.add_argument("--vectors", type=int, default=64, help="vectors per check (bist)")
-    parser.add_argument("--seed", type=int, default=0, help="operand seed (bist)")
+    parser.add_argument("--lanes", type=int, default=16, help="FP lanes per unit (fp)")
+    parser.add_argument("--vectors", type=int, default=64, help="vectors per check (fp)")
+    parser.add_argument("--seed", type=int, default=0, help="operand or workload seed")
+    parser.add_argument("--clock-mhz", type=float, default=None,
+                        help=f"design clock (default: emb {EMB_CLOCK_MHZ:g} MHz, fp the board "
+                             f"clock slowed to the family's limit)")
     parser.add_argument("--allow-timing-fail", action="store_true",
                         help="exit 0 even if the clock constraint is not met")
     return parser.parse_args(argv)
@@ -76,9 +103,10 @@ def main(argv=None):
     args = _parse_args(argv)
     board = get_board(args.board)
     out_dir = args.out / board.name
+    options = {name: getattr(args, name) for name in _DESIGN_OPTIONS[args.design]}
     facts = {"board": board.name, "design": args.design, "toolchain": board.toolchain,
-             "lanes": args.lanes, "vectors": args.vectors, "seed": args.seed}
-    top = DESIGNS[args.design](lanes=args.lanes, vectors=args.vectors, seed=args.seed)
+             **options}
+    top = DESIGNS[args.design](**options)
     platform = board.make_platform()
 
     if args.no_build or not board.open_toolchain:

@@ -1,8 +1,8 @@
 """Hardware that runs :class:`~boards.bist.check.Check`\\ s: ROM-fed stimulus, ROM-held
 expectations, and counters of compared results and errors."""
 
-from amaranth import Const, Module, Mux, Signal, Value, unsigned
-from amaranth.lib import wiring
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -20,8 +20,12 @@ class CheckRunner(wiring.Component):
 
     The stimulus and the expected results live in two read-only memories initialised at
     build time (block RAM on an FPGA). Reads are synchronous; the stimulus port is enabled only
-    when its output register is empty or being consumed, so ``dut.i`` sees a proper stream
+    when its output register is empty or being consumed, so ``stimulus`` is a proper stream
     (payload stable while ``valid & ~ready``). Results are always accepted.
+
+    The runner does not hold the device under test: :class:`SelfTest` connects ``stimulus``
+    and ``results`` to ``check.dut``, so several checks can run one after another on one
+    device (and see the state the previous ones left).
 
     The runner finishes ``timeout_cycles`` after the last expected result (watching for extra,
     unexpected results meanwhile), or after ``timeout_cycles`` without any progress, in which
@@ -37,11 +41,11 @@ class CheckRunner(wiring.Component):
         Results received and compared.
     errors : Out(COUNT_WIDTH)
         Wrong, extra and missing results.
+    stimulus : Out(stream.Signature(check.stimulus_width))
+        To ``check.dut.i``; valid only while the check runs.
+    results : In(stream.Signature(check.expected_width))
+        From ``check.dut.o``; counted only while the check runs (``ready`` is always 1).
     """
-    start: In(1)
-    done: Out(1)
-    compared: Out(COUNT_WIDTH)
-    errors: Out(COUNT_WIDTH)
 
     def __init__(self, check):
         if not isinstance(check, Check):
@@ -51,13 +55,19 @@ class CheckRunner(wiring.Component):
             raise ValueError(f"Check {check.name!r} could count {limit} errors, more than a "
                              f"{COUNT_WIDTH}-bit counter holds")
         self.check = check
-        super().__init__()
+        super().__init__({
+            "start": In(1),
+            "done": Out(1),
+            "compared": Out(COUNT_WIDTH),
+            "errors": Out(COUNT_WIDTH),
+            "stimulus": Out(stream.Signature(check.stimulus_width)),
+            "results": In(stream.Signature(check.expected_width)),
+        })
 
     def elaborate(self, platform):
         m = Module()
         check = self.check
-        dut = check.dut
-        m.submodules.dut = dut
+        dut_i, dut_o = self.stimulus, self.results
         n_stimulus, n_expected = len(check.stimulus), len(check.expected)
 
         m.submodules.stimulus_rom = stimulus_rom = Memory(
@@ -75,12 +85,12 @@ class CheckRunner(wiring.Component):
         # Stimulus: `issued` words have been read from the ROM into the port's data register.
         issued = Signal(range(n_stimulus + 1))
         in_valid = Signal()
-        advance = ~in_valid | dut.i.ready
+        advance = ~in_valid | dut_i.ready
         m.d.comb += [
             stimulus_port.addr.eq(issued),
             stimulus_port.en.eq(advance),
-            dut.i.valid.eq(in_valid),
-            dut.i.payload.eq(stimulus_port.data),
+            dut_i.valid.eq(in_valid),
+            dut_i.payload.eq(stimulus_port.data),
         ]
         with m.If(advance):
             with m.If(active & (issued < n_stimulus)):
@@ -89,10 +99,9 @@ class CheckRunner(wiring.Component):
                 m.d.sync += in_valid.eq(0)
 
         # Results: the expected port always holds expected[received].
-        if not isinstance(dut.o.ready, Const):
-            m.d.comb += dut.o.ready.eq(1)
+        m.d.comb += dut_o.ready.eq(1)
         out_fire = Signal()
-        m.d.comb += out_fire.eq(dut.o.valid & dut.o.ready & active)
+        m.d.comb += out_fire.eq(dut_o.valid & active)
         received = Signal(range(n_expected + 1))
         all_received = received == n_expected
         idle = Signal(range(check.timeout_cycles + 1))
@@ -110,7 +119,7 @@ class CheckRunner(wiring.Component):
         m.d.sync += [
             staged_take.eq(take),
             staged_extra.eq(all_received),
-            staged_actual.eq(Value.cast(dut.o.payload)),
+            staged_actual.eq(dut_o.payload),
             staged_expected.eq(expected_port.data),
         ]
         wrong = Signal()
@@ -121,7 +130,7 @@ class CheckRunner(wiring.Component):
         with m.If(take & ~all_received):
             m.d.sync += [received.eq(received + 1), self.compared.eq(self.compared + 1)]
 
-        in_fire = dut.i.valid & dut.i.ready
+        in_fire = dut_i.valid & dut_i.ready
         with m.If(active):
             with m.If((in_fire | out_fire) & ~all_received):
                 m.d.sync += idle.eq(0)
@@ -134,6 +143,9 @@ class CheckRunner(wiring.Component):
 
 class SelfTest(wiring.Component):
     """Runs a list of checks one after another, from reset.
+
+    Checks may share a device under test (the same ``dut`` object): it is instantiated once
+    and each check drives it in turn, so a later check sees the state an earlier one left.
 
     Members
     -------
@@ -173,6 +185,28 @@ class SelfTest(wiring.Component):
             m.submodules[f"check_{index}"] = runner
             m.d.comb += runner.start.eq(previous_done)
             previous_done = runner.done
+
+        # Each device once; its runners take turns (only the running one asserts valid).
+        users = {}
+        for runner in self.runners:
+            users.setdefault(id(runner.check.dut), []).append(runner)
+        for index, runners in enumerate(users.values()):
+            dut = runners[0].check.dut
+            m.submodules[f"dut_{index}"] = dut
+            payload = 0
+            for runner in runners:
+                payload = payload | Mux(runner.stimulus.valid, runner.stimulus.payload, 0)
+                m.d.comb += [
+                    runner.stimulus.ready.eq(dut.i.ready),
+                    runner.results.valid.eq(dut.o.valid),
+                    runner.results.payload.eq(dut.o.payload),
+                ]
+            m.d.comb += [
+                dut.i.valid.eq(Cat(runner.stimulus.valid for runner in runners).any()),
+                dut.i.payload.eq(payload),
+            ]
+            if not isinstance(dut.o.ready, Const):
+                m.d.comb += dut.o.ready.eq(1)
         last = self.runners[-1]
         # Registered totals: the report and LED logic then starts from flip-flops.
         compared = sum(runner.compared for runner in self.runners)

@@ -143,23 +143,36 @@ class BISTBoardTop(Elaboratable):
     baud_rate : int
         UART speed.
     max_clock_frequency : float or None
-        Fastest clock to run at; ``None`` takes the family's entry of :data:`CLOCK_LIMITS`.
+        Fastest clock to run at; ``None`` takes the family's entry of :data:`CLOCK_LIMITS`
+        (or ``clock_frequency`` when that is given).
+    clock_frequency : float or None
+        Run at this frequency (a PLL may multiply the board clock up); ``None`` runs at the
+        board clock, slowed down to the limit.
     """
-    def __init__(self, *, make_checks, baud_rate=115200, max_clock_frequency=None):
+    def __init__(self, *, make_checks, baud_rate=115200, max_clock_frequency=None,
+                 clock_frequency=None):
         if not callable(make_checks):
             raise TypeError(f"make_checks must be callable, not {make_checks!r}")
         if not isinstance(baud_rate, int) or baud_rate <= 0:
             raise ValueError(f"Baud rate must be a positive integer, not {baud_rate!r}")
+        if clock_frequency is not None and (not isinstance(clock_frequency, (int, float)) or
+                                            clock_frequency <= 0):
+            raise ValueError(f"Clock frequency must be None or a positive number of Hz, not "
+                             f"{clock_frequency!r}")
         self._make_checks = make_checks
         self._baud_rate = baud_rate
         self._max_clock_frequency = max_clock_frequency
+        self._clock_frequency = clock_frequency
 
     def elaborate(self, platform):
         m = Module()
         limit = self._max_clock_frequency
+        if limit is None and self._clock_frequency is not None:
+            limit = self._clock_frequency
         if limit is None:
             limit = CLOCK_LIMITS.get(getattr(platform, "family", None), float("inf"))
-        frequency = system_clock(m, platform, max_frequency=limit)
+        frequency = system_clock(m, platform, max_frequency=limit,
+                                 frequency=self._clock_frequency)
         m.submodules.bist = bist = BISTSystem(
             self._make_checks(),
             uart_divisor=round(frequency / self._baud_rate),

@@ -6,14 +6,13 @@ import pytest
 from amaranth import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.sim import Simulator
+from bist_harness import run_bist
 
 from boards.bist.check import Check
 from boards.bist.runner import SelfTest
-from boards.bist.top import LED_MEANINGS, REPORT_FORMAT, BISTSystem
+from boards.bist.top import REPORT_FORMAT, BISTSystem
 
 HAVE_FP = importlib.util.find_spec("hw.fp") is not None
-UART_DIVISOR = 4
 
 
 class Incrementer(wiring.Component):
@@ -49,49 +48,6 @@ def incrementer_check(*, corrupt=None, silent=False, count=12, timeout_cycles=16
                  expected=expected, timeout_cycles=timeout_cycles)
 
 
-def decode_uart_line(samples, divisor):
-    """Decode 8N1 frames from per-cycle samples of a UART line."""
-    chars, index = [], 0
-    while index < len(samples):
-        if samples[index] == 0:  # start bit: sample each data bit in its middle
-            middle = index + divisor // 2
-            bits = [samples[middle + divisor * (bit + 1)] for bit in range(8)]
-            if middle + divisor * 9 >= len(samples):
-                break
-            chars.append(chr(sum(bit << n for n, bit in enumerate(bits))))
-            index = middle + divisor * 9
-        else:
-            index += 1
-    return "".join(chars)
-
-
-def run_bist(checks, *, max_cycles=20_000):
-    """Simulate a BISTSystem until its first report line is complete.
-
-    Returns ``(line, leds)`` where ``leds`` maps LED_MEANINGS to values at the end.
-    """
-    dut = BISTSystem(checks, uart_divisor=UART_DIVISOR, report_interval_cycles=1 << 14,
-                     heartbeat_cycles=8)
-    outcome = {}
-
-    async def testbench(ctx):
-        samples = []
-        for _ in range(max_cycles):
-            await ctx.tick()
-            samples.append(ctx.get(dut.uart_tx))
-            if samples[-40:].count(0) == 0 and "\n" in decode_uart_line(samples, UART_DIVISOR):
-                break
-        outcome["line"] = decode_uart_line(samples, UART_DIVISOR)
-        leds = ctx.get(dut.leds)
-        outcome["leds"] = {name: (leds >> bit) & 1 for bit, name in enumerate(LED_MEANINGS)}
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(testbench)
-    sim.run()
-    return outcome["line"], outcome["leds"]
-
-
 def test_report_format():
     assert REPORT_FORMAT.format(verdict="PASS", compared=24, errors=0) == \
         "BIST PASS compared=0x0018 errors=0x0000\r\n"
@@ -118,6 +74,22 @@ def test_an_error_in_the_last_result_counts_with_a_short_timeout(count):
     assert line == REPORT_FORMAT.format(verdict="PASS", compared=count, errors=0)
     line, _ = run_bist([incrementer_check(count=count, corrupt=count - 1, timeout_cycles=2)])
     assert line == REPORT_FORMAT.format(verdict="FAIL", compared=count, errors=1)
+
+
+def shared_device_checks(*, second_expected):
+    shared = Incrementer()
+    return [Check(name="first", dut=shared, stimulus=[1, 2, 3], expected=[2, 3, 4],
+                  timeout_cycles=16),
+            incrementer_check(count=4),
+            Check(name="second", dut=shared, stimulus=[9, 8], expected=second_expected,
+                  timeout_cycles=16)]
+
+
+def test_checks_can_share_a_device_under_test():
+    line, _ = run_bist(shared_device_checks(second_expected=[10, 9]))
+    assert line == REPORT_FORMAT.format(verdict="PASS", compared=9, errors=0)
+    line, _ = run_bist(shared_device_checks(second_expected=[10, 10]))
+    assert line == REPORT_FORMAT.format(verdict="FAIL", compared=9, errors=1)
 
 
 def test_bist_counts_missing_results_of_a_silent_device():

@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """Slowing a fast board clock down for the self-test."""
 
 import importlib.util
@@ -57,3 +58,28 @@ def test_slow_board_clocks_are_used_directly():
                           synth.make_bist_top(lanes=1, vectors=4)).files
     assert "EHXPLLL" not in ulx3s["top.il"]
     assert "create_clock -name \"clk100_0__io\" -period 10.0" in agilex["top.sdc"]
+
+
+@needs_fp
+def test_a_pll_multiplies_the_ulx3s_clock_up_on_request():
+    files = prepare_plan(get_board("ulx3s-85f").make_platform(),
+                         synth.make_bist_top(lanes=1, vectors=4, clock_mhz=100)).files
+    # 25 MHz x 4 = 100 MHz, VCO 600 MHz (as `ecppll -i 25 -o 100`).
+    assert "EHXPLLL" in files["top.il"]
+    for parameter in ("\\CLKI_DIV 1", "\\CLKFB_DIV 4", "\\CLKOP_DIV 6"):
+        assert parameter in files["top.il"]
+
+
+def test_system_clock_validates_the_frequency():
+    from amaranth import Module
+
+    from boards.clocking import system_clock
+
+    platform = get_board("ulx3s-85f").make_platform()
+    with pytest.raises(ValueError, match=r"^Frequency must be a positive number of Hz up to "
+                                         r"5e\+07, not 100000000.0$"):
+        system_clock(Module(), platform, max_frequency=50e6, frequency=100e6)
+    alveo = get_board("alveo-u200").make_platform()
+    with pytest.raises(ValueError, match=r"^BUFGCE_DIV only divides; it cannot make 4e\+08 Hz "
+                                         r"from 3e\+08 Hz$"):
+        system_clock(Module(), alveo, max_frequency=400e6, frequency=400e6)

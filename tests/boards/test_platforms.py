@@ -61,8 +61,8 @@ def test_agilex7_quartus_pro_plan():
 
 
 def test_synth_cli_writes_a_vendor_plan(tmp_path, capsys):
-    argv = ["--board", "alveo-u200", "--no-build", "--out", str(tmp_path), "--lanes", "1",
-            "--vectors", "4"]
+    argv = ["--board", "alveo-u200", "--no-build", "--out", str(tmp_path), "--design", "fp",
+            "--lanes", "1", "--vectors", "4"]
     assert synth.main(argv) == 0
     board_dir = tmp_path / "alveo-u200"
     summary = json.loads((board_dir / "summary.json").read_text())

@@ -1,4 +1,4 @@
-"""One real place-and-route with the open toolchain: the ULX3S-85F self-test with one lane.
+"""One real place-and-route with the open toolchain: the ULX3S-85F FP self-test with one lane.
 
 Skipped when the YoWASP wheels are not installed; takes about half a minute.
 """
@@ -17,7 +17,8 @@ HAVE_FP = importlib.util.find_spec("hw.fp") is not None
 @pytest.mark.skipif(not open_toolchain_available(), reason="YoWASP toolchain not installed")
 @pytest.mark.skipif(not HAVE_FP, reason="hw.fp is not available")
 def test_ulx3s_bist_places_routes_and_meets_25_mhz(tmp_path):
-    argv = ["--board", "ulx3s-85f", "--lanes", "1", "--vectors", "8", "--out", str(tmp_path)]
+    argv = ["--board", "ulx3s-85f", "--design", "fp", "--lanes", "1", "--vectors", "8",
+            "--out", str(tmp_path)]
     assert synth.main(argv) == 0
     board_dir = tmp_path / "ulx3s-85f"
     summary = json.loads((board_dir / "summary.json").read_text())

@@ -1,0 +1,199 @@
+"""The embedding engine as a self-test device: engine + block-RAM memory + a step sequencer.
+
+:class:`EngineUnderTest` has the stream ports a :class:`~boards.bist.check.Check` needs. Each
+stimulus word is a *step*:
+
+- ``CONFIG``: load the table descriptors, the regions and the learning rate (held in
+  registers, so the engine sees them as a device would, not as constants);
+- ``COMMAND``: hand one command to the engine; its completion status comes out as one result
+  word (the ``status_layout`` bits, zero-extended to 512);
+- ``READ``: read ``length + 1`` lines from memory in one INCR burst (it must not cross a 4 KiB
+  boundary); every line comes out as one result word.
+
+The sequencer owns the memory port between commands (for READ) and the engine owns it while a
+command runs; the engine ends a command only when all its reads and writes are answered, so
+the port changes hands on a quiet bus.
+"""
+
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.emb.engine import EmbeddingEngine
+from hw.emb.layouts import command_layout, region_layout, table_layout
+
+from .axi_bram import LINE_BITS, AxiBram
+
+__all__ = ["ENGINE_DEFAULTS", "EngineUnderTest", "Step", "step_layout"]
+
+
+class Step(enum.Enum, shape=2):
+    CONFIG = 0
+    COMMAND = 1
+    READ = 2
+
+
+# A configuration that fits an ECP5-85F next to the self-test (see boards/README figures):
+# two tables of up to 32 floats a row, one region, few reads in flight, small buffers.
+ENGINE_DEFAULTS = dict(max_tables=2, max_dim=32, num_regions=1, addr_width=16, id_width=3,
+                       outstanding_reads=4, index_buffer_depth=32, offset_buffer_depth=32,
+                       output_buffer_depth=4, bag_slots=8, max_unique_rows=8,
+                       update_outstanding_reads=4)
+
+_INCR = 1
+
+
+def config_layout(*, addr_width, max_tables, num_regions):
+    return data.StructLayout({
+        "tables": data.ArrayLayout(table_layout(addr_width), max_tables),
+        "regions": data.ArrayLayout(region_layout(addr_width), num_regions),
+        "lr": unsigned(32),
+    })
+
+
+def step_layout(*, addr_width, max_tables, num_regions):
+    """The stimulus word of :class:`EngineUnderTest`: a :class:`Step` and its argument."""
+    read = data.StructLayout({"line": unsigned(addr_width - 6), "length": unsigned(8)})
+    return data.StructLayout({
+        "step": Step,
+        "arg": data.UnionLayout({
+            "config": config_layout(addr_width=addr_width, max_tables=max_tables,
+                                    num_regions=num_regions),
+            "command": command_layout(addr_width),
+            "read": read,
+        }),
+    })
+
+
+class EngineUnderTest(wiring.Component):
+    """:class:`~hw.emb.engine.EmbeddingEngine` on an :class:`~boards.bist.axi_bram.AxiBram`,
+    driven by steps (module docstring).
+
+    Parameters (keyword-only)
+    -------------------------
+    memory_init : sequence of int
+        The memory's initial lines (512-bit integers).
+    memory_depth : int
+        Lines of memory (at least ``len(memory_init)``).
+    **engine_params :
+        Passed to :class:`~hw.emb.engine.EmbeddingEngine`; missing ones come from
+        :data:`ENGINE_DEFAULTS`.
+
+    Members
+    -------
+    i : ``In(stream.Signature(step_layout(...)))``
+    o : ``Out(stream.Signature(512))``
+        Statuses and lines read.
+    """
+
+    def __init__(self, *, memory_init, memory_depth, **engine_params):
+        params = {**ENGINE_DEFAULTS, **engine_params}
+        self.engine = EmbeddingEngine(**params)
+        self.memory = AxiBram(depth=memory_depth, init=memory_init,
+                              addr_width=params["addr_width"], id_width=params["id_width"])
+        self.params = params
+        self.layout = step_layout(addr_width=params["addr_width"],
+                                  max_tables=params["max_tables"],
+                                  num_regions=params["num_regions"])
+        super().__init__({
+            "i": In(stream.Signature(self.layout)),
+            "o": Out(stream.Signature(unsigned(LINE_BITS))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.engine = engine = self.engine
+        m.submodules.memory = memory = self.memory
+        step = self.i.payload
+        bus, slave = engine.axi, memory.axi
+        size = (LINE_BITS // 8).bit_length() - 1
+
+        tables = Signal.like(engine.tables)
+        regions = Signal.like(engine.regions)
+        lr = Signal.like(engine.lr)
+        command = Signal.like(engine.cmd.payload)
+        command_valid = Signal()
+        ar_valid = Signal()
+        ar_line = Signal(self.params["addr_width"] - 6)
+        ar_len = Signal(8)
+        m.d.comb += [
+            engine.tables.eq(tables),
+            engine.regions.eq(regions),
+            engine.lr.eq(lr),
+            engine.cmd.payload.eq(command),
+            engine.cmd.valid.eq(command_valid),
+        ]
+
+        # Memory port: the engine's while a command runs, the sequencer's otherwise. Data and
+        # addresses of the write channels and R/B data fan out unmuxed; only handshakes switch.
+        engine_owns = Signal()
+        m.d.comb += [
+            slave.arid.eq(Mux(engine_owns, bus.arid, 0)),
+            slave.araddr.eq(Mux(engine_owns, bus.araddr, ar_line << 6)),
+            slave.arlen.eq(Mux(engine_owns, bus.arlen, ar_len)),
+            slave.arsize.eq(size),
+            slave.arburst.eq(_INCR),
+            slave.arvalid.eq(Mux(engine_owns, bus.arvalid, ar_valid)),
+            bus.arready.eq(engine_owns & slave.arready),
+            bus.rid.eq(slave.rid),
+            bus.rdata.eq(slave.rdata),
+            bus.rresp.eq(slave.rresp),
+            bus.rlast.eq(slave.rlast),
+            bus.rvalid.eq(engine_owns & slave.rvalid),
+            slave.awid.eq(bus.awid),
+            slave.awaddr.eq(bus.awaddr),
+            slave.awlen.eq(bus.awlen),
+            slave.awsize.eq(bus.awsize),
+            slave.awburst.eq(bus.awburst),
+            slave.awvalid.eq(engine_owns & bus.awvalid),
+            bus.awready.eq(engine_owns & slave.awready),
+            slave.wdata.eq(bus.wdata),
+            slave.wstrb.eq(bus.wstrb),
+            slave.wlast.eq(bus.wlast),
+            slave.wvalid.eq(engine_owns & bus.wvalid),
+            bus.wready.eq(engine_owns & slave.wready),
+            bus.bid.eq(slave.bid),
+            bus.bresp.eq(slave.bresp),
+            bus.bvalid.eq(engine_owns & slave.bvalid),
+            slave.bready.eq(~engine_owns | bus.bready),
+        ]
+
+        with m.FSM(name="sequencer"):
+            with m.State("Idle"):
+                m.d.comb += self.i.ready.eq(1)
+                with m.If(self.i.valid):
+                    with m.Switch(step.step):
+                        with m.Case(Step.CONFIG):
+                            config = step.arg.config
+                            m.d.sync += [tables.eq(config.tables), regions.eq(config.regions),
+                                         lr.eq(config.lr)]
+                        with m.Case(Step.COMMAND):
+                            m.d.sync += [command.eq(step.arg.command), command_valid.eq(1)]
+                            m.next = "Command"
+                        with m.Case(Step.READ):
+                            m.d.sync += [ar_valid.eq(1), ar_line.eq(step.arg.read.line),
+                                         ar_len.eq(step.arg.read.length)]
+                            m.next = "Read"
+            with m.State("Command"):
+                m.d.comb += [
+                    engine_owns.eq(1),
+                    self.o.valid.eq(engine.done.valid),
+                    self.o.payload.eq(engine.done.payload.as_value()),
+                    engine.done.ready.eq(self.o.ready),
+                    slave.rready.eq(bus.rready),
+                ]
+                with m.If(engine.cmd.ready):
+                    m.d.sync += command_valid.eq(0)
+                with m.If(engine.done.valid & self.o.ready):
+                    m.next = "Idle"
+            with m.State("Read"):
+                with m.If(slave.arready):
+                    m.d.sync += ar_valid.eq(0)
+                m.d.comb += [
+                    self.o.valid.eq(slave.rvalid),
+                    self.o.payload.eq(slave.rdata),
+                    slave.rready.eq(self.o.ready),
+                ]
+                with m.If(slave.rvalid & self.o.ready & slave.rlast):
+                    m.next = "Idle"
+        return m

@@ -1,0 +1,110 @@
+"""The block-RAM AXI4 subordinate the board self-test uses as its memory."""
+
+import pytest
+from amaranth.sim import Simulator
+
+from boards.bist.axi_bram import AxiBram
+
+ONES = (1 << 512) - 1
+
+
+def line(k):
+    return int.from_bytes(bytes((7 * k + n) % 256 for n in range(64)), "little")
+
+
+def run(bram, testbench):
+    sim = Simulator(bram)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+
+
+async def write_burst(ctx, axi, address, beats, *, ident=1, strobes=None):
+    ctx.set(axi.awid, ident)
+    ctx.set(axi.awaddr, address)
+    ctx.set(axi.awlen, len(beats) - 1)
+    ctx.set(axi.awvalid, 1)
+    await ctx.tick().until(axi.awready)
+    ctx.set(axi.awvalid, 0)
+    for k, beat in enumerate(beats):
+        ctx.set(axi.wdata, beat)
+        ctx.set(axi.wstrb, (1 << 64) - 1 if strobes is None else strobes[k])
+        ctx.set(axi.wlast, k == len(beats) - 1)
+        ctx.set(axi.wvalid, 1)
+        await ctx.tick().until(axi.wready)
+    ctx.set(axi.wvalid, 0)
+    ctx.set(axi.bready, 1)
+    bid, bresp = await ctx.tick().sample(axi.bid, axi.bresp).until(axi.bvalid)
+    ctx.set(axi.bready, 0)
+    return bid, bresp
+
+
+async def read_burst(ctx, axi, address, length, *, ident=2):
+    ctx.set(axi.arid, ident)
+    ctx.set(axi.araddr, address)
+    ctx.set(axi.arlen, length - 1)
+    ctx.set(axi.arvalid, 1)
+    await ctx.tick().until(axi.arready)
+    ctx.set(axi.arvalid, 0)
+    ctx.set(axi.rready, 1)
+    beats = []
+    while True:
+        _, _, valid, rid, data, resp, last = await ctx.tick().sample(
+            axi.rvalid, axi.rid, axi.rdata, axi.rresp, axi.rlast)
+        if valid:
+            beats.append((rid, data, resp))
+            if last:
+                break
+    ctx.set(axi.rready, 0)
+    return beats
+
+
+def test_initial_contents_bursts_and_byte_strobes():
+    init = [line(k) for k in range(6)]
+    bram = AxiBram(depth=8, init=init, addr_width=12, id_width=3)
+    seen = {}
+
+    async def testbench(ctx):
+        axi = bram.axi
+        seen["initial"] = await read_burst(ctx, axi, 0, 6)
+        # Line 2 whole, line 3 only in its low 8 bytes and byte 63.
+        seen["b"] = await write_burst(ctx, axi, 2 * 64, [ONES, 0], ident=5,
+                                      strobes=[(1 << 64) - 1, 0xFF | 1 << 63])
+        seen["after"] = await read_burst(ctx, axi, 2 * 64, 2, ident=6)
+
+    run(bram, testbench)
+    assert seen["initial"] == [(2, init[k], 0) for k in range(6)]
+    assert seen["b"] == (5, 0)
+    partial = init[3] & ~((1 << 64) - 1) & ~(0xFF << 504)
+    assert seen["after"] == [(6, ONES, 0), (6, partial, 0)]
+
+
+def test_beats_outside_the_memory_are_decode_errors():
+    bram = AxiBram(depth=3, init=[line(0), line(1), line(2)], addr_width=12, id_width=1)
+    seen = {}
+
+    async def testbench(ctx):
+        axi = bram.axi
+        seen["read"] = await read_burst(ctx, axi, 64, 3, ident=1)
+        seen["write"] = await write_burst(ctx, axi, 2 * 64, [0, 0], ident=0)
+        seen["kept"] = await read_burst(ctx, axi, 2 * 64, 1, ident=0)
+
+    run(bram, testbench)
+    assert [(rid, resp) for rid, _, resp in seen["read"]] == [(1, 0), (1, 0), (1, 3)]
+    assert seen["read"][0][1] == line(1)
+    # The burst's first beat is inside and lands; the response reports the bad second one.
+    assert seen["write"] == (0, 3)
+    assert seen["kept"] == [(0, 0, 0)]
+
+
+def test_parameters_are_validated():
+    with pytest.raises(ValueError, match=r"^Depth must be an integer of at least 2, not 1$"):
+        AxiBram(depth=1)
+    with pytest.raises(ValueError, match=r"^128 lines do not fit a 12-bit address space$"):
+        AxiBram(depth=128, addr_width=12)
+    with pytest.raises(ValueError, match=r"^Initial contents have 3 lines, more than the "
+                                         r"depth 2$"):
+        AxiBram(depth=2, init=[0, 0, 0])
+    with pytest.raises(ValueError, match=r"^Initial line 1 must be an unsigned integer of 512 "
+                                         r"bits$"):
+        AxiBram(depth=2, init=[0, -1])
