@@ -6,8 +6,10 @@ inside a cocotb test (which then packs and unpacks payloads with the component's
 ``data.Layout`` objects instead of hand-written bit offsets).
 """
 
+import functools
 import hashlib
 import importlib
+import importlib.metadata
 import json
 import os
 from dataclasses import dataclass, field
@@ -113,22 +115,45 @@ def port_table(component: wiring.Component) -> list[dict]:
     } for name, member, _value in _ports(component)]
 
 
+#: The Python trees whose code can change what a factory elaborates to.
+SOURCE_TREES = ("hw", "sim", "sw_model", "tb", "boards")
+
+
+@functools.cache
+def source_digest() -> str:
+    """Hash of every Python file a design can be built from, and of the Amaranth version
+    (computed once per process: sources do not change under a running simulation)."""
+    digest = hashlib.sha256(importlib.metadata.version("amaranth").encode())
+    for tree in SOURCE_TREES:
+        for path in sorted((PROJECT_ROOT / tree).rglob("*.py")):
+            digest.update(str(path.relative_to(PROJECT_ROOT)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def emit(design: Design, out_dir: Path | None = None) -> tuple[Path, Path]:
     """Write ``<name>.v`` and ``<name>.json`` into ``out_dir``; return both paths.
 
-    The Verilog is written only when its text changed, so downstream builds keyed on file
-    contents (and Verilator's own ``--skip-identical``) stay incremental.
+    Elaborating and converting a whole device takes tens of seconds, so the files are reused
+    when the design and every source it could be built from are unchanged (a stamp of
+    :func:`source_digest` next to them). The Verilog is written only when its text changed, so
+    downstream builds keyed on file contents stay incremental.
     """
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     out_dir = Path(out_dir or BUILD_ROOT / "rtl" / design.name / design.key)
     out_dir.mkdir(parents=True, exist_ok=True)
+    v_path, j_path = out_dir / f"{design.name}.v", out_dir / f"{design.name}.json"
+    stamp_path = out_dir / f"{design.name}.emitted"
+    stamp = hashlib.sha256(json.dumps([design.to_json(), source_digest()]).encode()).hexdigest()
+    if v_path.exists() and j_path.exists() and stamp_path.exists() \
+            and stamp_path.read_text() == stamp:
+        return v_path, j_path
     component = design.elaboratable()
     ports = {name: (value, PortDirection.Input if member.flow == wiring.In
                     else PortDirection.Output)
              for name, member, value in _ports(component)}
     text = verilog.convert(component, name=design.name, ports=ports, emit_src=False,
                            strip_internal_attrs=True)
-    v_path = out_dir / f"{design.name}.v"
     if not v_path.exists() or v_path.read_text() != text:
         v_path.write_text(text)
     sidecar = {
@@ -141,8 +166,8 @@ def emit(design: Design, out_dir: Path | None = None) -> tuple[Path, Path]:
         "ports": port_table(component),
         "properties": _public_properties(component),
     }
-    j_path = out_dir / f"{design.name}.json"
     j_path.write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
+    stamp_path.write_text(stamp)
     return v_path, j_path
 
 

@@ -116,6 +116,9 @@ class DeviceDriver:
                  irq=None, poll_cycles=32):
         self._clock = clock if clock is not None else dut.clk
         bus = AxiLiteBus.from_prefix(dut, f"{prefix}_")
+        # cocotbext-axi logs its whole configuration at INFO on construction (and again
+        # after every reset): keep the output about the device.
+        logging.getLogger(f"cocotb.{dut._name}.{prefix}_").setLevel(logging.WARNING)
         self.master = AxiLiteMaster(bus, self._clock, reset if reset is not None else dut.rst)
         self.master.write_if.log.setLevel(logging.WARNING)   # one INFO line per access
         self.master.read_if.log.setLevel(logging.WARNING)

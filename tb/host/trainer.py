@@ -308,7 +308,9 @@ class HostTrainer:
         the GPU phase when ``stage_next``."""
         if self.mlp is None:
             raise RuntimeError("load() the initial state first")
-        batch = self._staged.pop(number, None) or await self.stage(number)
+        if number not in self._staged:
+            await self.stage(number)
+        batch = self._staged.pop(number)
         slot, p = self.slot(number), self.preset
         timing = BatchTiming()
         start = now_cycles()
