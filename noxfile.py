@@ -41,14 +41,14 @@ def _pytest(session, *args):
 def tests(session):
     """Everything CI runs: unit tests and the cocotb testbenches in Verilator."""
     _install(session, "sim", "fpga")
-    _pytest(session, "-m", "not slow and not wip", "tests", "tb")
+    _pytest(session, "-m", "not slow", "tests", "tb")
 
 
 @nox.session
 def unit(session):
     """Fast tests: golden model and blocks in Amaranth's own simulator."""
     _install(session, "sim", "fpga")
-    _pytest(session, "-m", "not sim and not slow and not wip", "tests")
+    _pytest(session, "-m", "not sim and not slow", "tests")
 
 
 @nox.session
@@ -58,7 +58,7 @@ def sim(session):
     _install(session, "sim")
     args = ["tb"]
     if not any(a == "-m" for a in session.posargs):
-        args = ["-m", "sim and not slow and not wip", "tb"]
+        args = ["-m", "sim and not slow", "tb"]
     _pytest(session, *args)
 
 
@@ -113,14 +113,8 @@ def crash(session):
 
 @nox.session
 def demo(session):
-    """The main job: train with a power failure, recover, resume, check against the golden run.
-
-    Runs the golden-model flow until the device-RTL demo is verified; `-- --rtl` runs the
-    device RTL in Verilator instead (a device build of several minutes on first use)."""
+    """The main job: DLRM training on the device RTL in Verilator with a power failure,
+    recovery and resumption, checked bit for bit against the golden model
+    (`-- --seed S --batches N`; `-- --golden-only` runs the flow on the golden model alone)."""
     _install(session, "sim")
-    args = list(session.posargs)
-    if "--rtl" in args:
-        args.remove("--rtl")
-    else:
-        args.insert(0, "--golden-only")
-    session.run("python", "-m", "tb.demo", *args, env=ENV)
+    session.run("python", "-m", "tb.demo", *session.posargs, env=ENV)

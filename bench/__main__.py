@@ -4,6 +4,8 @@ import sys
 
 BENCHMARKS = {
     "lookup": ("bench.lookup", "embedding lookup bandwidth efficiency vs dim and read latency"),
+    "ckpt": ("tb.ckpt.bench", "cycles per batch with/without checkpointing on the PMEM "
+                              "profile, recovery vs full reload"),
 }
 
 

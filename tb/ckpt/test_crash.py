@@ -6,7 +6,7 @@ import pytest
 
 from tb.ckpt.crash import main
 
-pytestmark = [pytest.mark.wip, pytest.mark.sim]
+pytestmark = pytest.mark.sim
 
 
 def test_short_campaign_recovers_every_trial(tmp_path):

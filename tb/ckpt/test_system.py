@@ -6,7 +6,7 @@ import pytest
 from sim.runner import run
 from tb.ckpt.designs import SYSTEM
 
-pytestmark = [pytest.mark.wip, pytest.mark.sim]
+pytestmark = pytest.mark.sim
 
 MODULE = "tb.ckpt.cocotb_system"
 

@@ -10,7 +10,7 @@ from sim.runner import run
 from sw_model.presets import get_preset
 from tb.device.test_device import SYSTEM
 
-pytestmark = [pytest.mark.wip, pytest.mark.sim, pytest.mark.skipif(
+pytestmark = [pytest.mark.sim, pytest.mark.skipif(
     not device_params(get_preset("tiny"))["checkpointing"],
     reason="the device is built without the checkpoint engine (hw/ckpt/engine.py missing)")]
 

@@ -7,8 +7,6 @@ from hw.device import device_params
 from sw_model.presets import get_preset
 from tb import demo
 
-pytestmark = pytest.mark.wip  # in integration: `nox -s sim -- -m wip`
-
 
 @pytest.mark.sim
 def test_demo_trains_four_batches_bit_exact(capsys):

@@ -8,7 +8,7 @@ import pytest
 from sim.rtl import Design
 from sim.runner import run
 
-pytestmark = [pytest.mark.wip, pytest.mark.sim]
+pytestmark = pytest.mark.sim
 
 #: The system every device testbench runs; the demo uses the same build.
 SYSTEM = Design("device_system", "tb.device.system:DeviceSystem", {"preset": "tiny"})
