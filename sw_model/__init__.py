@@ -5,13 +5,16 @@ Modules, one job each:
 * `presets`    named configurations (`tiny`, `kaggle`, `rm1`, `rm2`), `get_preset`;
 * `data`       seeded batches (uniform / Zipf indices, TBE form, teacher labels);
 * `embedding`  bit-exact pooling and the coalesced, chunked sparse SGD update (the device);
+* `relaxed`    relaxed lookup: batch N+1 pooled before UPDATE(N), then corrected (the device);
 * `dlrm`       MLPs, interaction, BCE loss, backward, SGD (the host);
 * `train`      the golden training loop with per-batch records and table digests;
 * `checkpoint` the persistence contract: acceptable recovered states, golden continuation;
 * `validation` input checks with messages naming the problem.
 
 The numeric rules (accumulation order, zero sign, MEAN reciprocal, chunking) are in the
-`embedding` module docstring; the recovery rules in the `checkpoint` module docstring.
+`embedding` module docstring; the exact relaxed-lookup formula in the `relaxed` module
+docstring (also docs/relaxed_lookup.md); the recovery rules in the `checkpoint` module
+docstring.
 """
 
 from .checkpoint import (
@@ -49,7 +52,9 @@ from .embedding import (
     sparse_sgd_update,
 )
 from .presets import PRESETS, Preset, get_preset
+from .relaxed import RelaxedLookup, UndoLog, relaxed_lookup
 from .train import (
+    LOOKUP_MODES,
     BatchRecord,
     TrainResult,
     TrainState,
@@ -60,6 +65,7 @@ from .train import (
 )
 
 __all__ = [
+    "LOOKUP_MODES",
     "PRESETS",
     "Acceptable",
     "Batch",
@@ -72,10 +78,12 @@ __all__ = [
     "Phase",
     "Preset",
     "RecoveredState",
+    "RelaxedLookup",
     "SparseUpdate",
     "TrainResult",
     "TrainState",
     "UnacceptableRecovery",
+    "UndoLog",
     "acceptable_recovery",
     "bce_loss",
     "dense_backward",
@@ -94,6 +102,7 @@ __all__ = [
     "newest_snapshot",
     "ordered_matmul",
     "pool_embeddings",
+    "relaxed_lookup",
     "sgd_step",
     "snapshot_slot",
     "sparse_sgd_update",

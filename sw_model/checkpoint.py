@@ -35,6 +35,11 @@ A power failure *during recovery* from any of these (``Failure(..., during_recov
 has the same acceptable states: recovery is idempotent. After recovery the device reports c
 and s; training resumes at batch c + 1 with the tables as after batch c and the MLP as after
 batch s (bounded staleness: c - s <= K), on the same data batches as the uninterrupted run.
+
+With relaxed lookup (``CheckpointOracle(..., lookup="relaxed")``) the uninterrupted run looks up
+every batch but the first relaxed (`sw_model.relaxed`). After recovery no update is pending, so
+the first batch of the continuation (c + 1) is looked up strictly and the following ones
+relaxed again: the recovered state carries no undo log.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ import numpy as np
 
 from .dlrm import MLPParams
 from .presets import Preset
-from .train import TrainResult, TrainState, initial_state, table_digest, train
+from .train import TrainResult, TrainState, _check_lookup, initial_state, table_digest, train
 
 __all__ = [
     "Acceptable",
@@ -188,14 +193,21 @@ class CheckpointOracle:
     """Golden states of one preset's uninterrupted run, and recovered states after failures.
 
     States after batch n are obtained by replaying training from the nearest cached state;
-    a state is cached every `cache_interval` batches.
+    a state is cached every `cache_interval` batches. `max_unique_rows` and `lookup` are passed
+    to `train`.
     """
 
     def __init__(
-        self, preset: Preset, *, max_unique_rows: int | None = None, cache_interval: int = 16
+        self,
+        preset: Preset,
+        *,
+        max_unique_rows: int | None = None,
+        cache_interval: int = 16,
+        lookup: str = "strict",
     ):
         self.preset = preset
         self.max_unique_rows = max_unique_rows
+        self.lookup = _check_lookup(lookup)
         self.cache_interval = cache_interval
         self._states = {-1: initial_state(preset)}  # keyed by the last trained batch
 
@@ -220,7 +232,7 @@ class CheckpointOracle:
     def _train(self, state: TrainState, *, stop: int, record_pooled: bool = False) -> TrainResult:
         return train(
             self.preset, state, stop=stop, max_unique_rows=self.max_unique_rows,
-            record_pooled=record_pooled,
+            record_pooled=record_pooled, lookup=self.lookup,
         )
 
     def golden_run(self, *, stop: int | None = None, record_pooled: bool = True) -> TrainResult:

@@ -76,8 +76,8 @@ def mean_scale(lengths: np.ndarray, dtype=np.float32) -> np.ndarray:
     return dtype.type(1) / np.asarray(lengths).astype(dtype)
 
 
-def _pool(weight, indices, starts, lengths, mode, per_sample_weights) -> np.ndarray:
-    """Pool bags sequentially in index order; bags are independent, so they advance together."""
+def _accumulate(weight, indices, starts, lengths, per_sample_weights) -> np.ndarray:
+    """The SUM (weighted SUM) of every bag, sequential in index order; bags advance together."""
     acc = np.zeros((starts.size, weight.shape[1]), dtype=np.float32)
     longest = int(lengths.max()) if lengths.size else 0
     with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are the contract, not errors
@@ -88,10 +88,22 @@ def _pool(weight, indices, starts, lengths, mode, per_sample_weights) -> np.ndar
             if per_sample_weights is not None:
                 rows = rows * per_sample_weights[where][:, None]
             acc[bags] = acc[bags] + rows
-        if mode == "mean":
-            nonempty = np.flatnonzero(lengths > 0)
-            acc[nonempty] = acc[nonempty] * mean_scale(lengths[nonempty])[:, None]
     return acc
+
+
+def _scale_mean(acc, lengths) -> np.ndarray:
+    """MEAN: every non-empty bag's sum times float32(1) / float32(L); empty bags stay +0.0."""
+    acc = acc.copy()
+    nonempty = np.flatnonzero(lengths > 0)
+    with np.errstate(all="ignore"):
+        acc[nonempty] = acc[nonempty] * mean_scale(lengths[nonempty])[:, None]
+    return acc
+
+
+def _pool(weight, indices, starts, lengths, mode, per_sample_weights) -> np.ndarray:
+    """Pool bags sequentially in index order; bags are independent, so they advance together."""
+    acc = _accumulate(weight, indices, starts, lengths, per_sample_weights)
+    return _scale_mean(acc, lengths) if mode == "mean" else acc
 
 
 def embedding_bag(weight, indices, offsets, mode="sum", per_sample_weights=None) -> np.ndarray:
@@ -290,6 +302,15 @@ class SparseUpdate(NamedTuple):
     """The updated tables (the input arrays themselves when ``inplace=True``)."""
     chunks: list[list[tuple[int, int]]]
     """Distinct (table, row) of each chunk in order of first occurrence; [] if no indices."""
+
+    def updated_rows(self) -> list[np.ndarray]:
+        """Per table, the distinct rows the update wrote (ascending, int64): the union of the
+        chunks, as `sw_model.relaxed.relaxed_lookup` takes it."""
+        rows = [set() for _ in self.tables]
+        for chunk in self.chunks:
+            for t, row in chunk:
+                rows[t].add(row)
+        return [np.array(sorted(r), dtype=np.int64) for r in rows]
 
 
 def sparse_sgd_update(

@@ -109,13 +109,13 @@ def check_table(weight, name: str) -> None:
         raise ValueError(f"{name} must be 2-D (rows, D), got shape {weight.shape}")
 
 
-def check_tables(weights) -> list[np.ndarray]:
+def check_tables(weights, name: str = "weights") -> list[np.ndarray]:
     if isinstance(weights, np.ndarray) or not isinstance(weights, Sequence):
-        raise TypeError("weights must be a list of 2-D float32 tables, one per table")
+        raise TypeError(f"{name} must be a list of 2-D float32 tables, one per table")
     if len(weights) == 0:
-        raise ValueError("weights must contain at least one table")
+        raise ValueError(f"{name} must contain at least one table")
     for t, weight in enumerate(weights):
-        check_table(weight, f"weights[{t}]")
+        check_table(weight, f"{name}[{t}]")
     return list(weights)
 
 

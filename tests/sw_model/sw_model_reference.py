@@ -99,3 +99,39 @@ def reference_sparse_sgd(
         if pending:
             close()
     return tables, chunks
+
+
+def reference_relaxed(old_tables, new_tables, updated_rows, indices, offsets, modes,
+                      per_sample_weights=None):
+    """Relaxed lookup in the definition's words, one bag and one occurrence at a time.
+
+    Returns (pooled, corrections per (table, bag)).
+    """
+    num_tables = len(old_tables)
+    modes = (modes,) * num_tables if isinstance(modes, str) else modes
+    batch = (len(offsets) - 1) // num_tables
+    updated = [{int(r) for r in rows} for rows in updated_rows]
+    blocks, corrections = [], np.zeros((num_tables, batch), dtype=np.int64)
+    with np.errstate(all="ignore"):
+        for t in range(num_tables):
+            old, new = old_tables[t], new_tables[t]
+            out = np.zeros((batch, old.shape[1]), dtype=np.float32)
+            for b in range(batch):
+                start, end = offsets[t * batch + b], offsets[t * batch + b + 1]
+
+                def weighted(row, i):
+                    return row if per_sample_weights is None else row * per_sample_weights[i]
+
+                acc = np.zeros(old.shape[1], dtype=np.float32)
+                for i in range(start, end):  # the stale gather
+                    acc = acc + weighted(old[indices[i]], i)
+                for i in range(start, end):  # then the corrections, again in index order
+                    r = int(indices[i])
+                    if r in updated[t]:
+                        acc = acc + weighted(new[r] - old[r], i)
+                        corrections[t, b] += 1
+                if modes[t] == "mean" and end > start:
+                    acc = acc * (np.float32(1) / np.float32(end - start))
+                out[b] = acc
+            blocks.append(out)
+    return np.concatenate(blocks, axis=1), corrections
