@@ -7,7 +7,9 @@ so a block that misses the target still yields its achieved Fmax; the summary re
 the target was met, and callers decide whether that is an error.
 """
 
+import copy
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -15,8 +17,8 @@ from pathlib import Path
 from .nextpnr_report import load_report, summarise_report
 from .toolchain import open_toolchain_env, using_open_toolchain
 
-__all__ = ["REPORT_FILE", "SUMMARY_FILE", "prepare_plan", "run_ecp5_build", "source_revision",
-           "write_summary"]
+__all__ = ["REPORT_FILE", "SUMMARY_FILE", "block_ram_script", "prepare_plan", "run_ecp5_build",
+           "source_revision", "write_summary"]
 
 
 REPORT_FILE = "report.json"
@@ -25,16 +27,46 @@ SUMMARY_FILE = "summary.json"
 _NEXTPNR_OPTS = f"--report {REPORT_FILE} --timing-allow-fail"
 
 
-def prepare_plan(platform, top, *, name="top", **overrides):
+def prepare_plan(platform, top, *, name="top", block_ram_min_width=None, **overrides):
     """``platform.build(top, do_build=False)`` with the open toolchain selected.
 
-    For ECP5 platforms the nextpnr report options are added; ``overrides`` are passed on to
-    Amaranth's template overrides.
+    For ECP5 platforms the nextpnr report options are added, and with
+    ``block_ram_min_width`` the Yosys script puts written memories at least that wide (and 3
+    words deep) in block RAM (:func:`block_ram_script`; the design is then elaborated twice).
+    ``overrides`` are passed on to Amaranth's template overrides.
     """
     if getattr(platform, "family", None) == "ecp5":
         overrides.setdefault("nextpnr_opts", _NEXTPNR_OPTS)
+        if block_ram_min_width is not None:
+            # A platform prepares once; the first pass uses a copy.
+            rtlil = prepare_plan(copy.deepcopy(platform), top, name=name).files[f"{name}.il"]
+            overrides["script_after_read"] = block_ram_script(rtlil,
+                                                              min_width=block_ram_min_width)
     with using_open_toolchain():
         return platform.build(top, name=name, do_build=False, **overrides)
+
+
+_MEMORY = re.compile(r"^  memory width (\d+) size (\d+) \\(\S+)$", re.M)
+_WRITE_PORT_MEMID = re.compile(r'^  cell \$memwr_v2 \S+\n(?:    .*\n)*?    parameter \\MEMID '
+                               r'"\\\\(\S+)"$', re.M)
+
+
+def block_ram_script(rtlil, *, min_width, min_depth=3):
+    """Yosys commands that put every written memory of at least ``min_width`` bits and
+    ``min_depth`` words of ``rtlil`` (Amaranth's RTLIL text) in block RAM.
+
+    Yosys keeps wide, shallow memories (FIFOs, reorder buffers) in LUT RAM, where 4 bits of
+    16 words take six LUT slots; a design crowded with FP32 lanes runs out of LUTs long
+    before it runs out of block RAM. ROMs are left to Yosys.
+    """
+    commands = []
+    for module in rtlil.split("\nmodule ")[1:]:
+        module_name = module.split("\n", 1)[0].strip().removeprefix("\\")
+        written = set(_WRITE_PORT_MEMID.findall(module))
+        for width, depth, name in _MEMORY.findall(module):
+            if int(width) >= min_width and int(depth) >= min_depth and name in written:
+                commands.append(f'setattr -set ram_style "block" {module_name}/m:{name}')
+    return "\n".join(commands)
 
 
 def source_revision():
@@ -55,8 +87,10 @@ def write_summary(path, summary):
     path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
-def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None):
-    """Build ``top`` for ``platform`` in ``build_dir`` and summarise nextpnr's report.
+def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
+                   block_ram_min_width=None):
+    """Build ``top`` for ``platform`` in ``build_dir`` and summarise nextpnr's report
+    (``block_ram_min_width``: see :func:`prepare_plan`).
 
     Returns the summary (also written to ``build_dir/summary.json``): the fields of
     :func:`boards.nextpnr_report.summarise_report`, the device, the build's wall-clock
@@ -65,7 +99,7 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None):
     if getattr(platform, "family", None) != "ecp5":
         raise ValueError(f"The open-toolchain build is for ECP5 platforms, not {platform!r}")
     build_dir = Path(build_dir)
-    plan = prepare_plan(platform, top, name=name)
+    plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width)
     started = time.monotonic()
     plan.execute_local(str(build_dir), env=open_toolchain_env())
     seconds = time.monotonic() - started

@@ -8,6 +8,11 @@ Structure, one job per module:
                      with a second ROM; :class:`SelfTest` runs a list of checks in turn.
 - :mod:`.fp_checks`  checks of the FP32 lane units (``hw.fp.FPLanes``) with operands and
                      NumPy ``float32`` results computed at build time.
+- :mod:`.axi_bram`   :class:`~.axi_bram.AxiBram`, an AXI4 memory in block RAM (PMEM stand-in).
+- :mod:`.emb_dut`    :class:`~.emb_dut.EngineUnderTest`: the embedding engine on that memory,
+                     driven by CONFIG / COMMAND / READ steps.
+- :mod:`.emb_checks` the engine's checks: LOOKUP, then UPDATE + readback + LOOKUP, against
+                     ``sw_model`` results computed at build time.
 - :mod:`.uart`,
   :mod:`.message`    a minimal 8N1 transmitter and a line writer.
 - :mod:`.top`        :class:`BISTSystem` (checks + LEDs + report line, simulable) and
@@ -15,17 +20,21 @@ Structure, one job per module:
 
 The board shows pass, fail, busy and a heartbeat on its LEDs and prints, once a second::
 
-    BIST PASS compared=0x0080 errors=0x0000
+    BIST PASS compared=0x005B errors=0x0000
 
 Extension point: any block with a command stream in and a result stream out becomes a check.
-For the embedding engine, the device under test is a small adapter component around it:
+Checks may share one device (the same ``dut`` object), which then keeps its state from one
+check to the next. For the embedding engine (implemented in :mod:`.emb_checks`), the device
+under test is a small adapter component around it:
 
-- ``i`` carries commands (``LOOKUP(batch)``, ``UPDATE(batch)``, or raw CXL.mem requests);
-- ``o`` carries what the engine answers (pooled vectors, completion records, read data);
-- the adapter holds the table, the indices and offsets in memories initialised at build time
-  from ``sw_model`` (a preset such as ``tiny``);
-- ``expected`` is the golden model's output for the same commands, bit-exact (use
-  :func:`.fp_checks.fp32_lanes_match` for float lanes, so NaNs compare as NaNs).
+- ``i`` carries steps: CONFIG (descriptors, regions, learning rate), COMMAND (``LOOKUP``,
+  ``UPDATE``) and READ (a burst of lines from memory);
+- ``o`` carries what comes back: one completion status per command, one word per line read;
+- the engine's AXI4 port goes to :class:`~.axi_bram.AxiBram`, whose block RAM is initialised
+  at build time with the tables, indices, offsets, weights and gradient drawn with
+  ``sw_model.data``'s generators;
+- ``expected`` is the golden model's output for the same commands, bit-exact (the workload
+  has no NaN; elsewhere use :func:`.fp_checks.fp32_lanes_match`, so NaNs compare as NaNs).
 
 A LOOKUP check, then an UPDATE check followed by a LOOKUP of the updated rows, exercise the
 whole path; one command may yield many result words, and a check's timeout turns a hung

@@ -1,0 +1,41 @@
+"""Which memories the Yosys script moves to block RAM."""
+
+from amaranth import Module
+from amaranth.back import rtlil
+from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from boards.build import block_ram_script
+
+
+class Memories(wiring.Component):
+    addr: In(4)
+    data: In(512)
+    out: Out(512 + 512 + 8 + 512)
+
+    def elaborate(self, platform):
+        m = Module()
+        shapes = {"wide": (512, 4), "narrow": (8, 16), "shallow": (512, 2)}
+        outputs = []
+        for name, (width, depth) in shapes.items():
+            m.submodules[name] = mem = memory.Memory(shape=width, depth=depth, init=[])
+            write = mem.write_port()
+            read = mem.read_port()
+            m.d.comb += [write.addr.eq(self.addr), write.data.eq(self.data), write.en.eq(1),
+                         read.addr.eq(self.addr + 1)]
+            outputs.append(read.data)
+        m.submodules.rom = rom = memory.Memory(shape=512, depth=8, init=range(8))
+        read = rom.read_port()
+        m.d.comb += [read.addr.eq(self.addr), self.out.eq(sum(outputs) + read.data)]
+        return m
+
+
+def test_only_wide_written_memories_go_to_block_ram():
+    text = rtlil.convert(Memories(), name="top")
+    script = block_ram_script(text, min_width=256)
+    assert script == 'setattr -set ram_style "block" top/m:wide'
+    assert block_ram_script(text, min_width=8, min_depth=2).splitlines() == [
+        'setattr -set ram_style "block" top/m:wide',
+        'setattr -set ram_style "block" top/m:narrow',
+        'setattr -set ram_style "block" top/m:shallow',
+    ]
