@@ -5,7 +5,7 @@ log -> flag -> in-place writes -> commit, rollback after a power failure in the 
 idempotent recovery, snapshots, refusals, GPF and the pass-through mode."""
 
 import pytest
-from ckpt_bench import (
+from ckpt_fixtures import (
     BUFFER_LINE,
     LOG_LINE,
     META_LINE,
