@@ -41,7 +41,7 @@ def _pytest(session, *args):
 def tests(session):
     """Everything CI runs: unit tests and the cocotb testbenches in Verilator."""
     _install(session, "sim", "fpga")
-    _pytest(session, "-m", "not slow", "tests", "tb")
+    _pytest(session, "-m", "not slow", "--durations=15", "tests", "tb")
 
 
 @nox.session
