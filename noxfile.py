@@ -7,7 +7,8 @@
     nox -s lint                 ruff, and verilator --lint-only over every generated top
     nox -s rtl -- tiny          Verilog + JSON sidecars of every top for a preset
     nox -s synth -- --board ulx3s-85f   ECP5 bitstream + Fmax/utilisation (YoWASP toolchain)
-    nox -s bench -- lookup      benchmarks from the RTL (ratios printed, JSON written)
+    nox -s bench                paper-style comparison from the RTL (build/bench/results.*)
+    nox -s bench -- lookup      one benchmark from the RTL (ratios printed, JSON written)
     nox -s formal               SymbiYosys proofs of the checkpoint ordering invariants
     nox -s crash -- --trials 50 power-fail campaign against the checkpoint oracle
 """
@@ -92,9 +93,14 @@ def synth(session):
 @nox.session
 def bench(session):
     """Benchmarks from the RTL in Verilator (print ratios, write build/bench/*.json):
-    `nox -s bench -- lookup`; `nox -s bench` lists them."""
+    `nox -s bench` runs the paper-style comparison on the PMEM profile (build/bench/
+    results.json, results.md, PNG plots); `nox -s bench -- lookup` one benchmark;
+    `nox -s bench -- list` lists them."""
     _install(session, "sim")
-    session.run("python", "-m", "bench", *session.posargs, env=ENV)
+    args = session.posargs or ["paper"]
+    if args == ["list"]:
+        args = []
+    session.run("python", "-m", "bench", *args, env=ENV)
 
 
 @nox.session

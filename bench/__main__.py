@@ -6,6 +6,9 @@ BENCHMARKS = {
     "lookup": ("bench.lookup", "embedding lookup bandwidth efficiency vs dim and read latency"),
     "ckpt": ("tb.ckpt.bench", "cycles per batch with/without checkpointing on the PMEM "
                               "profile, recovery vs full reload"),
+    "paper": ("bench.paper", "paper-style comparison on RM1/RM2 shapes: cycles per batch per "
+                             "mode, speedups, ft overhead, recovery, link bytes (results.json, "
+                             "results.md, plots)"),
 }
 
 

@@ -3,7 +3,7 @@ all share its build: a build of the whole system takes minutes)."""
 
 from sim.rtl import Design
 
-__all__ = ["ENGINE", "SYSTEM"]
+__all__ = ["ENGINE", "PAPER_SYSTEM", "SYSTEM"]
 
 #: EmbeddingEngine parameters: the tiny preset's 4 tables, rows up to 2 lines (dim 32), 32 row
 #: reads in flight, a small update capacity so UPDATE chunks (and re-reads rows) often.
@@ -17,4 +17,18 @@ ENGINE = {
 SYSTEM = Design("ckpt_system", "tb.ckpt.harness:CheckpointSystem", {
     **ENGINE, "memory_lines": 8192, "pending_beats": 64, "log_buffer_depth": 64,
     "dedup_entries": 256,
+})
+
+#: The paper-style benchmark's system (``python -m bench paper``): RM1/RM2-shaped presets (up to
+#: 32 tables, D up to 64, bags of 120), PMEM of 8 MiB, the index and offset windows sized so a
+#: scaled batch is read once, and the host-gather baseline's CXL.mem link
+#: (:class:`sim.host_link.HostLink`).
+PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
+    "max_tables": 32, "max_dim": 64, "num_regions": 2, "addr_width": 32, "id_width": 7,
+    "outstanding_reads": 64, "index_buffer_depth": 8192, "offset_buffer_depth": 256,
+    "output_buffer_depth": 32, "bag_slots": 8, "max_unique_rows": 64,
+    "update_outstanding_reads": 16,
+    "memory_lines": 131072, "pending_beats": 64, "log_buffer_depth": 64,
+    "dedup_entries": 1024,
+    "host_link": {"desc_depth": 8192, "buffer_lines": 16384},
 })

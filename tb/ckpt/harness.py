@@ -9,7 +9,7 @@ acts per command).
                    axi -> PmemModel (latency/bandwidth profile, power-fail, backdoor)
 """
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Mux
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -24,6 +24,7 @@ from hw.emb.layouts import (
     status_layout,
     table_layout,
 )
+from sim.host_link import HostLink
 from sim.pmem import PmemModel
 
 __all__ = ["CKPT_STATUS", "PMEM_INPUTS", "CheckpointSystem"]
@@ -47,10 +48,14 @@ class CheckpointSystem(wiring.Component):
     """Parameters (keyword-only): ``memory_lines`` (PMEM size in lines), ``pending_beats``
     (the model's unacknowledged-beat ring), ``log_buffer_depth`` and ``dedup_entries`` (the
     checkpoint engine's), and the EmbeddingEngine's own parameters (``max_tables``,
-    ``max_dim``, ``num_regions``, ``addr_width``, ``id_width``, ...)."""
+    ``max_dim``, ``num_regions``, ``addr_width``, ``id_width``, ...).
+
+    ``host_link`` (a dict of :class:`sim.host_link.HostLink` parameters, or None) adds the
+    host-gather baseline's CXL.mem link: a second AXI manager on the PMEM model, selected
+    instead of the device by ``host_select`` (ports ``link_*``; ``python -m bench paper``)."""
 
     def __init__(self, *, memory_lines=8192, pending_beats=64, log_buffer_depth=64,
-                 dedup_entries=256, **engine):
+                 dedup_entries=256, host_link=None, **engine):
         self._engine = engine
         self._memory_lines = memory_lines
         self._pending_beats = pending_beats
@@ -95,6 +100,13 @@ class CheckpointSystem(wiring.Component):
         for name in _PMEM_OUTPUTS:
             members[name] = Out(memory.signature.members[name].shape)
         self._memory = memory
+        self._link = None
+        if host_link is not None:
+            self._link = HostLink(addr_width=aw, id_width=self._id_width, **host_link)
+            members["host_select"] = In(1)
+            for name, member in self._link.signature.members.items():
+                if name != "axi":
+                    members[f"link_{name}"] = member
         super().__init__(members)
 
     @property
@@ -115,7 +127,19 @@ class CheckpointSystem(wiring.Component):
         wiring.connect(m, checkpoint.engine_cmd, embedding.cmd)
         wiring.connect(m, embedding.done, checkpoint.engine_done)
         wiring.connect(m, embedding.axi, checkpoint.engine_axi)
-        wiring.connect(m, checkpoint.axi, memory.axi)
+        if self._link is None:
+            wiring.connect(m, checkpoint.axi, memory.axi)
+        else:
+            m.submodules.link = link = self._link
+            self._select_manager(m, checkpoint.axi, link.axi, memory.axi)
+            for name, member in link.signature.members.items():
+                if name == "axi":
+                    continue
+                ours = getattr(self, f"link_{name}")
+                if member.flow == In:
+                    m.d.comb += getattr(link, name).eq(ours)
+                else:
+                    m.d.comb += ours.eq(getattr(link, name))
         m.d.comb += [
             embedding.tables.eq(self.tables),
             embedding.regions.eq(self.regions),
@@ -140,3 +164,19 @@ class CheckpointSystem(wiring.Component):
         for name in _PMEM_OUTPUTS:
             m.d.comb += getattr(self, name).eq(getattr(memory, name))
         return m
+
+    def _select_manager(self, m, device, host, memory):
+        """The PMEM model's AXI port to the device or (``host_select``) the host link; the
+        other manager sees no handshakes."""
+        select = self.host_select
+        for name, member in memory.signature.members.items():
+            if member.flow == In:   # manager -> memory
+                m.d.comb += getattr(memory, name).eq(
+                    Mux(select, getattr(host, name), getattr(device, name)))
+            else:
+                value = getattr(memory, name)
+                handshake = name.endswith("valid") or name.endswith("ready")
+                m.d.comb += [
+                    getattr(host, name).eq(value & select if handshake else value),
+                    getattr(device, name).eq(value & ~select if handshake else value),
+                ]

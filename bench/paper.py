@@ -1,0 +1,428 @@
+"""Paper-style comparison (issue #8), measured from the RTL in Verilator on the PMEM profile.
+
+    python -m bench paper [--presets rm1_sim rm2_sim] [--batches 3] [--gpu-cycles 5000]
+                          [--host-floats-per-cycle 16] [--skip-lookup]
+    nox -s bench                      (no arguments: this benchmark)
+
+Cycles per batch for each training mode on RM1- and RM2-shaped presets, all on one simulated
+system (:data:`tb.ckpt.designs.PAPER_SYSTEM`: the device's engines, the PMEM model with the
+``pmem`` profile, and the host's CXL.mem link), so every mode sees the same memory:
+
+* ``host_gather``: the host reads every row its batch needs over CXL.mem (one 64-byte line per
+  cycle per direction at most; the PMEM model's latencies and bandwidths apply), pools and
+  updates on the host at ``--host-floats-per-cycle``, checkpoints by copying the touched rows
+  (old values) to a log region and a flag line, persistent, before writing the rows back and a
+  commit line (:mod:`bench.cocotb_paper`);
+* ``nmp``: near-memory lookup and update, no checkpointing;
+* ``nmp_sync_log``: undo log written synchronously before the update -- not implemented in
+  RTL, so reported with no number;
+* ``nmp_log_on_lookup``: the checkpoint engine (log on lookup, batch flag, commit record) and
+  relaxed MLP snapshots every K batches;
+* ``trainingcxl``: all of the above plus relaxed lookup -- not implemented in RTL, no number.
+
+Every mode spends the same ``--gpu-cycles`` per batch between the pooled output and the
+gradient (the GPU's MLP forward and backward). A batch's cycles run from the start of its
+lookup (LOOKUP doorbell, or the host's first row read) to the end of its update (UPDATE status,
+or the last write-back acknowledged); the host stages the batch's indices (or its row address
+list) before that. MLP snapshot writes happen after the batch window and are reported apart.
+
+Derived ratios: speedup_vs_host_gather = host_gather / mode cycles (paper: 5.2x);
+ft_overhead = nmp_log_on_lookup / nmp - 1 (the paper's trainingcxl / nmp; CPR 0.53-0.68%);
+recovery_speedup = full checkpoint reload cycles (every table line read and written back
+through the host link, measured) / RECOVER cycles after a power failure in an UPDATE (ECRM
+10.3x). Also link bytes per batch per mode and the simulation speed, and, unless
+``--skip-lookup``, the lookup bandwidth efficiency per D and read latency (``python -m bench
+lookup``).
+
+Writes ``build/bench/results.json``, ``results.md`` and PNG plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from sim.rtl import BUILD_ROOT
+
+__all__ = ["MODES", "NOT_IMPLEMENTED", "SIM_PRESETS", "main", "summarise", "write_report"]
+
+MODES = ("host_gather", "nmp", "nmp_sync_log", "nmp_log_on_lookup", "trainingcxl")
+MEASURED = ("host_gather", "nmp", "nmp_log_on_lookup")
+NOT_IMPLEMENTED = {
+    "nmp_sync_log": "undo log written synchronously before the update: needs a synchronous "
+                    "log mode in the checkpoint engine",
+    "trainingcxl": "log-on-lookup + relaxed MLP snapshots + relaxed lookup: relaxed lookup "
+                   "(sw_model/relaxed.py) has no RTL yet",
+}
+MODE_DESCRIPTIONS = {
+    "host_gather": "host reads rows over CXL.mem, pools/updates on the host, checkpoints by "
+                   "copying touched rows before the write-back",
+    "nmp": "near-memory lookup and update, no checkpointing",
+    "nmp_sync_log": "near-memory, undo log written synchronously before the update",
+    "nmp_log_on_lookup": "near-memory, undo log written during the lookup, relaxed MLP "
+                         "snapshots every K batches",
+    "trainingcxl": "near-memory, log on lookup, relaxed MLP snapshots, relaxed lookup",
+}
+
+#: Scaled-down RM1/RM2 shapes: the published table count, D, lookups per bag and pooling,
+#: with fewer rows and a small batch so a run takes minutes in Verilator.
+SIM_PRESETS = {
+    "rm1_sim": ("rm1", {"table_rows": [512] * 8, "batch_size": 4}),
+    "rm2_sim": ("rm2", {"table_rows": [128] * 32, "batch_size": 2}),
+}
+PAPER = {"speedup_vs_host_gather": 5.2, "ft_overhead_cpr": [0.0053, 0.0068],
+         "recovery_speedup_ecrm": 10.3}
+
+
+def _mean(values):
+    values = list(values)
+    return sum(values) / len(values) if values else None
+
+
+def preset_shape(name: str) -> dict:
+    from sw_model.presets import get_preset
+
+    base, changes = SIM_PRESETS[name]
+    preset = get_preset(base).replace(name=name, **{
+        k: tuple(v) if isinstance(v, list) else v for k, v in changes.items()})
+    return {"base": base, "tables": preset.num_tables, "rows_per_table": list(preset.table_rows),
+            "dim": preset.dim, "lookups_per_bag": preset.max_bag,
+            "fixed_bag": preset.fixed_bag, "batch_size": preset.batch_size,
+            "pooling": preset.pooling, "index_dist": preset.index_dist,
+            "zipf_exponent": preset.zipf_exponent,
+            "snapshot_interval": preset.snapshot_interval}
+
+
+def summarise(raws: dict, params: dict, lookup: dict | None = None) -> dict:
+    """results.json's content from the raw per-preset results of :mod:`bench.cocotb_paper`
+    (``raws``: preset name -> raw), the run's parameters and ``python -m bench lookup``'s
+    report (or None)."""
+    presets = {}
+    for name, raw in raws.items():
+        modes = {}
+        for mode in MODES:
+            if mode in NOT_IMPLEMENTED:
+                modes[mode] = {"status": "not implemented in RTL",
+                               "reason": NOT_IMPLEMENTED[mode],
+                               "description": MODE_DESCRIPTIONS[mode]}
+                continue
+            run = raw["modes"].get(mode)
+            if run is None:
+                modes[mode] = {"status": "not run", "description": MODE_DESCRIPTIONS[mode]}
+                continue
+            batches = run["batches"]
+            entry = {
+                "status": "measured",
+                "description": MODE_DESCRIPTIONS[mode],
+                "batches": len(batches),
+                "cycles_per_batch": _mean(b["total"] for b in batches),
+                "link_bytes_per_batch": _mean(
+                    64 * (b["link_lines_read"] + b["link_lines_written"]) for b in batches),
+                "link_bytes_read_per_batch": _mean(64 * b["link_lines_read"] for b in batches),
+                "link_bytes_written_per_batch": _mean(64 * b["link_lines_written"]
+                                                      for b in batches),
+                "per_batch": batches,
+            }
+            if mode != "host_gather":
+                entry["lookup_cycles_per_batch"] = _mean(b["lookup"] for b in batches)
+                entry["update_cycles_per_batch"] = _mean(b["update"] for b in batches)
+                entry["counters"] = run.get("counters", {})
+                k = raws[name].get("snapshot_interval") or 1
+                entry["snapshot_link_bytes_per_batch_outside_window"] = (
+                    64 * run.get("snapshot_lines_per_k", 0) / k)
+            else:
+                for key in ("gather", "host_pool", "host_update", "log_copy", "write_back",
+                            "unique_rows", "occurrences"):
+                    entry[f"{key}_per_batch"] = _mean(b[key] for b in batches)
+            modes[mode] = entry
+        ratios = {}
+        hg = modes.get("host_gather", {}).get("cycles_per_batch")
+        for mode in MODES:
+            cycles = modes[mode].get("cycles_per_batch")
+            if hg and cycles:
+                modes[mode]["speedup_vs_host_gather"] = hg / cycles
+        nmp = modes["nmp"].get("cycles_per_batch")
+        logged = modes["nmp_log_on_lookup"].get("cycles_per_batch")
+        if nmp and logged:
+            ratios["ft_overhead_nmp_log_on_lookup"] = logged / nmp - 1
+        ratios["ft_overhead_trainingcxl"] = None  # trainingcxl is not implemented in RTL
+        if hg and logged:
+            ratios["speedup_nmp_log_on_lookup_vs_host_gather"] = hg / logged
+        if hg and nmp:
+            ratios["speedup_nmp_vs_host_gather"] = hg / nmp
+        recovery = raw.get("recovery")
+        if recovery:
+            recovery = {**recovery, "recovery_speedup": recovery["full_reload_cycles"]
+                        / max(1, recovery["recovery_cycles"])}
+            ratios["recovery_speedup"] = recovery["recovery_speedup"]
+        nmp_run = raw["modes"].get("nmp")
+        lookup_pmem = None
+        if nmp_run:
+            shape = params["presets"][name]
+            useful = _mean(b.get("occurrences", 0) for b in nmp_run["batches"])
+            if useful:
+                lookup_pmem = useful * shape["dim"] * 4 / modes["nmp"][
+                    "lookup_cycles_per_batch"] / 64
+        presets[name] = {
+            "shape": params["presets"][name], "modes": modes, "ratios": ratios,
+            "recovery": recovery,
+            "lookup_efficiency_pmem": lookup_pmem,
+            "simulation": {
+                "cycles": raw["simulated_cycles"], "seconds": round(raw["wall_seconds"], 1),
+                "cycles_per_second": round(raw["simulated_cycles"]
+                                           / max(raw["wall_seconds"], 1e-9))},
+        }
+    return {
+        "issue": 8,
+        "units": "cycles of the device clock; bytes",
+        "parameters": params,
+        "paper": PAPER,
+        "modes": {m: MODE_DESCRIPTIONS[m] for m in MODES},
+        "presets": presets,
+        "lookup_efficiency": lookup,
+    }
+
+
+def _fmt(value, spec=".0f"):
+    return "--" if value is None else format(value, spec)
+
+
+def write_markdown(results: dict) -> str:
+    p = results["parameters"]
+    lines = ["# TrainingCXL paper-style benchmark (from the RTL in Verilator)", "",
+             f"Profile `{p['profile']['name']}` ({p['profile']['timing']}), CXL.mem link "
+             f"{p['link']['lines_per_cycle_per_direction']} x 64-byte line per cycle per "
+             f"direction, host pooling/update {p['host_floats_per_cycle']} floats/cycle, "
+             f"GPU MLP {p['gpu_cycles']} cycles per batch in every mode, "
+             f"{p['batches']} batches per mode.", ""]
+    for name, entry in results["presets"].items():
+        s = entry["shape"]
+        lines += [f"## {name} ({s['base']}-shaped: {s['tables']} tables x "
+                  f"{s['rows_per_table'][0]} rows, D={s['dim']}, {s['lookups_per_bag']} "
+                  f"lookups/bag, batch {s['batch_size']})", "",
+                  "| mode | status | cycles/batch | speedup vs host_gather | "
+                  "link bytes/batch |", "|---|---|---:|---:|---:|"]
+        for mode in MODES:
+            e = entry["modes"][mode]
+            lines.append(f"| {mode} | {e['status']} | {_fmt(e.get('cycles_per_batch'))} | "
+                         f"{_fmt(e.get('speedup_vs_host_gather'), '.2f')} | "
+                         f"{_fmt(e.get('link_bytes_per_batch'))} |")
+        r = entry["ratios"]
+        lines += ["",
+                  f"- ft_overhead (nmp_log_on_lookup / nmp - 1): "
+                  f"{_fmt(r.get('ft_overhead_nmp_log_on_lookup'), '.2%')}; "
+                  "trainingcxl / nmp - 1: -- (not implemented in RTL)"]
+        if entry.get("recovery"):
+            rec = entry["recovery"]
+            lines.append(f"- recovery: RECOVER {rec['recovery_cycles']} cycles "
+                         f"({rec['restored_entries']} lines restored) vs full reload "
+                         f"{rec['full_reload_cycles']} cycles ({rec['table_lines']} table "
+                         f"lines): {rec['recovery_speedup']:.1f}x")
+        if entry.get("lookup_efficiency_pmem") is not None:
+            lines.append(f"- lookup efficiency on PMEM (useful row bytes / lookup cycles / "
+                         f"64): {entry['lookup_efficiency_pmem']:.3f} (PMEM read rate cap "
+                         f"{p['profile']['read_lines_per_cycle']:.2f})")
+        sim = entry["simulation"]
+        lines += [f"- simulation: {sim['cycles']} cycles in {sim['seconds']} s "
+                  f"({sim['cycles_per_second']} cycles/s)", ""]
+    lookup = results.get("lookup_efficiency")
+    if lookup:
+        lines += ["## Lookup bandwidth efficiency (python -m bench lookup, fixed-latency "
+                  "memory)", "", "| dim | read latency | efficiency | cycles |",
+                  "|---:|---:|---:|---:|"]
+        for row in lookup["results"]:
+            lines.append(f"| {row['dim']} | {row['read_latency']} | "
+                         f"{row['efficiency']:.3f} | {row['cycles']} |")
+        lines.append("")
+    lines += ["Paper figures for comparison: 5.2x speedup vs a PMEM host baseline; CPR "
+              "fault-tolerance overhead 0.53-0.68%; ECRM recovery 10.3x faster than a full "
+              "reload.", ""]
+    return "\n".join(lines)
+
+
+def write_plots(results: dict, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    presets = results["presets"]
+    names = list(presets)
+    for metric, ylabel, fname in (
+            ("cycles_per_batch", "cycles per batch", "cycles_per_batch.png"),
+            ("link_bytes_per_batch", "CXL.mem link bytes per batch",
+             "link_bytes_per_batch.png"),
+            ("speedup_vs_host_gather", "speedup vs host_gather", "speedup_vs_host_gather.png")):
+        fig, ax = plt.subplots(figsize=(8, 4))
+        width = 0.8 / max(1, len(names))
+        for i, name in enumerate(names):
+            xs, ys = [], []
+            for k, mode in enumerate(MODES):
+                value = presets[name]["modes"][mode].get(metric)
+                if value is not None:
+                    xs.append(k + i * width)
+                    ys.append(value)
+            ax.bar(xs, ys, width, label=name)
+        for k, mode in enumerate(MODES):
+            if mode in NOT_IMPLEMENTED:
+                ax.text(k + 0.4 - width / 2, 0, "not in RTL", rotation=90, ha="center",
+                        va="bottom", fontsize=8, color="grey")
+        ax.set_xticks([k + 0.4 - width / 2 for k in range(len(MODES))], MODES, rotation=15)
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{ylabel} ({results['parameters']['profile']['name']} profile)")
+        ax.legend()
+        fig.tight_layout()
+        path = out_dir / fname
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    labels, overheads, speedups = [], [], []
+    for name in names:
+        labels.append(name)
+        overheads.append(100 * (presets[name]["ratios"].get("ft_overhead_nmp_log_on_lookup")
+                                or 0))
+        speedups.append(presets[name]["ratios"].get("recovery_speedup") or 0)
+    ax.bar([i - 0.2 for i in range(len(names))], overheads, 0.4,
+           label="ft_overhead % (log on lookup / nmp - 1)")
+    ax.bar([i + 0.2 for i in range(len(names))], speedups, 0.4,
+           label="recovery speedup vs full reload (x)")
+    ax.set_xticks(range(len(names)), labels)
+    ax.legend(fontsize=8)
+    ax.set_title("checkpointing cost and recovery")
+    fig.tight_layout()
+    path = out_dir / "ft_overhead_recovery.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    written.append(path)
+    lookup = results.get("lookup_efficiency")
+    if lookup:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for lat in sorted({r["read_latency"] for r in lookup["results"]}):
+            rows = sorted((r for r in lookup["results"] if r["read_latency"] == lat),
+                          key=lambda r: r["dim"])
+            ax.plot([r["dim"] for r in rows], [r["efficiency"] for r in rows], marker="o",
+                    label=f"read latency {lat}")
+        ax.set_xlabel("D")
+        ax.set_ylabel("useful bytes / bus bytes")
+        ax.set_ylim(0, 1.05)
+        ax.set_title("lookup bandwidth efficiency")
+        ax.legend()
+        fig.tight_layout()
+        path = out_dir / "lookup_efficiency.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write_report(results: dict, out_dir: Path) -> list[Path]:
+    """results.json, results.md and the plots into ``out_dir``; returns the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / "results.json", out_dir / "results.md"
+    json_path.write_text(json.dumps(results, indent=1) + "\n")
+    md_path.write_text(write_markdown(results))
+    return [json_path, md_path, *write_plots(results, out_dir)]
+
+
+def print_summary(results: dict):
+    for name, entry in results["presets"].items():
+        print(f"{name}:")
+        for mode in MODES:
+            e = entry["modes"][mode]
+            if e["status"] != "measured":
+                print(f"  {mode:18s} {e['status']}")
+                continue
+            print(f"  {mode:18s} {e['cycles_per_batch']:10.0f} cycles/batch  "
+                  f"{_fmt(e.get('speedup_vs_host_gather'), '.2f')}x vs host_gather  "
+                  f"{e['link_bytes_per_batch']:10.0f} link bytes/batch")
+        r = entry["ratios"]
+        print(f"  ft_overhead (log on lookup / nmp - 1): "
+              f"{_fmt(r.get('ft_overhead_nmp_log_on_lookup'), '.2%')}")
+        if r.get("recovery_speedup") is not None:
+            print(f"  recovery speedup vs full reload: {r['recovery_speedup']:.1f}x")
+        print(f"  simulation: {entry['simulation']['cycles_per_second']} cycles/s")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench paper",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--presets", nargs="+", default=list(SIM_PRESETS),
+                        choices=sorted(SIM_PRESETS))
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--gpu-cycles", type=int, default=5000)
+    parser.add_argument("--host-floats-per-cycle", type=int, default=16)
+    parser.add_argument("--profile", default="pmem")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--skip-lookup", action="store_true")
+    parser.add_argument("--output-dir", default=str(BUILD_ROOT / "bench"))
+    args = parser.parse_args(argv)
+
+    from sim.pmem import PROFILES
+    from sim.runner import run
+    from tb.ckpt.designs import PAPER_SYSTEM
+
+    profile = PROFILES[args.profile]
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    params = {
+        "profile": {"name": profile.name, "timing": profile.inputs(),
+                    "read_lines_per_cycle": profile.read_rate[0] / profile.read_rate[1],
+                    "write_lines_per_cycle": profile.write_rate[0] / profile.write_rate[1]},
+        "link": {"lines_per_cycle_per_direction": 1, "line_bytes": 64,
+                 "model": "sim.host_link.HostLink: AXI4 manager on the same PMEM model, one "
+                          "burst per row, reads in flight up to the model's limit"},
+        "host_floats_per_cycle": args.host_floats_per_cycle,
+        "host_work": "pool: occurrences x D floats; update: (occurrences + 2 x unique rows) "
+                     "x D floats; not overlapped with the link",
+        "gpu_cycles": args.gpu_cycles,
+        "batches": args.batches,
+        "seed": args.seed,
+        "design": PAPER_SYSTEM.to_json(),
+        "presets": {name: preset_shape(name) for name in args.presets},
+        "batch_window": "first lookup read (LOOKUP doorbell / host's first row read) to the "
+                        "update's completion (UPDATE status / last write-back acknowledged); "
+                        "index staging before, MLP snapshot writes after",
+        "nmp_host_transfers": "indices, offsets in; pooled output out; gradient in: counted "
+                              "as link bytes; the testbench moves them one line per cycle",
+        "full_reload": "every table line read from a checkpoint region and written in place "
+                       "through the host link, in host-buffer chunks",
+    }
+    raws = {}
+    for name in args.presets:
+        base, changes = SIM_PRESETS[name]
+        spec = {"preset": name, "base": base, "changes": changes, "batches": args.batches,
+                "profile": args.profile, "seed": args.seed, "gpu_cycles": args.gpu_cycles,
+                "host_floats_per_cycle": args.host_floats_per_cycle,
+                "modes": list(MEASURED), "recovery": True}
+        spec_path = out_dir / f"paper_{name}_spec.json"
+        raw_path = out_dir / f"paper_{name}_raw.json"
+        spec_path.write_text(json.dumps(spec))
+        started = time.monotonic()
+        run(PAPER_SYSTEM, "bench.cocotb_paper", seed=args.seed, run_name=f"paper_{name}",
+            extra_env={"BENCH_SPEC": str(spec_path), "BENCH_RESULT": str(raw_path)})
+        raw = json.loads(raw_path.read_text())
+        raw["snapshot_interval"] = params["presets"][name]["snapshot_interval"]
+        raw["wall_seconds_total"] = time.monotonic() - started
+        raws[name] = raw
+    lookup_report = None
+    if not args.skip_lookup:
+        from bench import lookup
+
+        lookup_path = out_dir / "lookup.json"
+        lookup.main(["--output", str(lookup_path)])
+        lookup_report = json.loads(lookup_path.read_text())
+    results = summarise(raws, params, lookup=lookup_report)
+    for path in write_report(results, out_dir):
+        print(f"written {path}")
+    print_summary(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""The paper-style benchmark's report writer (bench/paper.py), from a small hand-made raw
+result: every file is written, the ratios follow from the cycles, and the modes that have no
+RTL carry no number."""
+
+import json
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from bench.paper import MODES, NOT_IMPLEMENTED, preset_shape, summarise, write_report
+
+
+def _nmp_batches(total, lookup):
+    return [{"batch": n, "lookup": lookup, "host": 100, "update": total - lookup - 100,
+             "total": total, "link_lines_read": 8, "link_lines_written": 20,
+             "occurrences": 64} for n in range(2)]
+
+
+def _raw():
+    host = [{"batch": n, "gather": 500, "host_pool": 64, "gpu": 100, "host_update": 80,
+             "log_copy": 900, "write_back": 950, "total": 2594, "occurrences": 64,
+             "unique_rows": 20, "link_lines_read": 40, "link_lines_written": 82}
+            for n in range(2)]
+    return {
+        "preset": "rm1_sim", "profile": "pmem", "snapshot_interval": 5,
+        "modes": {
+            "nmp": {"batches": _nmp_batches(1000, 300), "counters": {"log_entries": 0},
+                    "snapshot_lines_per_k": 0},
+            "nmp_log_on_lookup": {"batches": _nmp_batches(1010, 310),
+                                  "counters": {"log_entries": 40},
+                                  "snapshot_lines_per_k": 10},
+            "host_gather": {"batches": host},
+        },
+        "recovery": {"batch": 1, "recovery_cycles": 200, "restored_entries": 8,
+                     "table_lines": 8192, "full_reload_cycles": 100_000},
+        "simulated_cycles": 50_000, "wall_seconds": 2.0,
+    }
+
+
+def _params():
+    return {"profile": {"name": "pmem", "timing": {"read_latency": 60},
+                        "read_lines_per_cycle": 0.6, "write_lines_per_cycle": 0.1},
+            "link": {"lines_per_cycle_per_direction": 1, "line_bytes": 64},
+            "host_floats_per_cycle": 16, "gpu_cycles": 100, "batches": 2,
+            "presets": {"rm1_sim": preset_shape("rm1_sim")}}
+
+
+def test_report_files_and_ratios(tmp_path):
+    lookup = {"results": [{"dim": 16, "read_latency": 30, "efficiency": 0.9, "cycles": 10},
+                          {"dim": 32, "read_latency": 30, "efficiency": 0.95, "cycles": 20}]}
+    results = summarise({"rm1_sim": _raw()}, _params(), lookup=lookup)
+    paths = write_report(results, tmp_path)
+    names = {p.name for p in paths}
+    assert {"results.json", "results.md", "cycles_per_batch.png",
+            "speedup_vs_host_gather.png", "link_bytes_per_batch.png",
+            "ft_overhead_recovery.png", "lookup_efficiency.png"} <= names
+    for path in paths:
+        assert path.stat().st_size > 0
+    stored = json.loads((tmp_path / "results.json").read_text())
+    entry = stored["presets"]["rm1_sim"]
+    assert entry["modes"]["nmp"]["cycles_per_batch"] == 1000
+    assert entry["modes"]["host_gather"]["link_bytes_per_batch"] == 64 * 122
+    assert entry["ratios"]["ft_overhead_nmp_log_on_lookup"] == pytest.approx(0.01)
+    assert entry["modes"]["nmp"]["speedup_vs_host_gather"] == pytest.approx(2.594)
+    assert entry["ratios"]["recovery_speedup"] == pytest.approx(500)
+    assert entry["ratios"]["ft_overhead_trainingcxl"] is None
+    assert "| nmp_sync_log | not implemented in RTL | -- |" in (tmp_path / "results.md").read_text()
+
+
+def test_not_implemented_modes_carry_no_number(tmp_path):
+    results = summarise({"rm1_sim": _raw()}, _params())
+    write_report(results, tmp_path)
+    stored = json.loads((tmp_path / "results.json").read_text())
+    modes = stored["presets"]["rm1_sim"]["modes"]
+    assert set(modes) == set(MODES)
+    for mode in NOT_IMPLEMENTED:
+        assert modes[mode]["status"] == "not implemented in RTL"
+        numbers = [k for k, v in modes[mode].items()
+                   if isinstance(v, int | float) and not isinstance(v, bool)]
+        assert numbers == [], (mode, numbers)
+        assert not any(k in modes[mode] for k in ("cycles_per_batch", "link_bytes_per_batch",
+                                                  "speedup_vs_host_gather"))
+    for mode in set(MODES) - set(NOT_IMPLEMENTED):
+        assert modes[mode]["status"] == "measured"
