@@ -68,10 +68,13 @@ MODE_DESCRIPTIONS = {
 }
 
 #: Scaled-down RM1/RM2 shapes: the published table count, D, lookups per bag and pooling,
-#: with fewer rows and a small batch so a run takes minutes in Verilator.
+#: with fewer rows and a small batch so a run takes minutes in Verilator and everything (tables,
+#: staging, the undo log's two areas, two MLP snapshot slots) fits the 4 MiB PMEM model.
+#: rm2_sim also has a smaller top MLP (32, 1): the MLP runs on the GPU (a fixed cycle count
+#: here), so only its snapshot size changes.
 SIM_PRESETS = {
     "rm1_sim": ("rm1", {"table_rows": [512] * 8, "batch_size": 4}),
-    "rm2_sim": ("rm2", {"table_rows": [128] * 32, "batch_size": 2}),
+    "rm2_sim": ("rm2", {"table_rows": [64] * 32, "batch_size": 1, "top_mlp": [32, 1]}),
 }
 PAPER = {"speedup_vs_host_gather": 5.2, "ft_overhead_cpr": [0.0053, 0.0068],
          "recovery_speedup_ecrm": 10.3}
@@ -93,7 +96,10 @@ def preset_shape(name: str) -> dict:
             "fixed_bag": preset.fixed_bag, "batch_size": preset.batch_size,
             "pooling": preset.pooling, "index_dist": preset.index_dist,
             "zipf_exponent": preset.zipf_exponent,
-            "snapshot_interval": preset.snapshot_interval}
+            "snapshot_interval": preset.snapshot_interval,
+            "dense_features": preset.dense_features, "bottom_mlp": list(preset.bottom_mlp),
+            "top_mlp": list(preset.top_mlp), "interaction": preset.interaction,
+            "changed_from_base": changes}
 
 
 def summarise(raws: dict, params: dict, lookup: dict | None = None) -> dict:
