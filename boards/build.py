@@ -27,45 +27,73 @@ SUMMARY_FILE = "summary.json"
 _NEXTPNR_OPTS = f"--report {REPORT_FILE} --timing-allow-fail"
 
 
-def prepare_plan(platform, top, *, name="top", block_ram_min_width=None, **overrides):
+def prepare_plan(platform, top, *, name="top", block_ram_min_width=None,
+                 undefined_collisions=False, **overrides):
     """``platform.build(top, do_build=False)`` with the open toolchain selected.
 
     For ECP5 platforms the nextpnr report options are added, and with
     ``block_ram_min_width`` the Yosys script puts written memories at least that wide (and 3
-    words deep) in block RAM (:func:`block_ram_script`; the design is then elaborated twice).
-    ``overrides`` are passed on to Amaranth's template overrides.
+    words deep) in block RAM (:func:`block_ram_script`, which also explains
+    ``undefined_collisions``; the design is then elaborated twice). ``overrides`` are passed
+    on to Amaranth's template overrides.
     """
     if getattr(platform, "family", None) == "ecp5":
         overrides.setdefault("nextpnr_opts", _NEXTPNR_OPTS)
         if block_ram_min_width is not None:
             # A platform prepares once; the first pass uses a copy.
             rtlil = prepare_plan(copy.deepcopy(platform), top, name=name).files[f"{name}.il"]
-            overrides["script_after_read"] = block_ram_script(rtlil,
-                                                              min_width=block_ram_min_width)
+            overrides["script_after_read"] = block_ram_script(
+                rtlil, min_width=block_ram_min_width, undefined_collisions=undefined_collisions)
     with using_open_toolchain():
         return platform.build(top, name=name, do_build=False, **overrides)
 
 
 _MEMORY = re.compile(r"^  memory width (\d+) size (\d+) \\(\S+)$", re.M)
-_WRITE_PORT_MEMID = re.compile(r'^  cell \$memwr_v2 \S+\n(?:    .*\n)*?    parameter \\MEMID '
-                               r'"\\\\(\S+)"$', re.M)
+_PORT = re.compile(r"^  cell \$(memrd|memwr)_v2 \S+\n((?:    .*\n)*?)  end$", re.M)
+_PARAMETER = re.compile(r"^    parameter \\(\w+) (.*)$", re.M)
 
 
-def block_ram_script(rtlil, *, min_width, min_depth=3):
+def _memory_ports(module):
+    """{memory name: (read port transparency masks, write port count)} of one RTLIL module."""
+    ports = {}
+    for kind, body in _PORT.findall(module):
+        parameters = dict(_PARAMETER.findall(body))
+        name = parameters["MEMID"].strip('"').removeprefix("\\\\")
+        reads, writes = ports.get(name, ((), 0))
+        if kind == "memrd":
+            reads += (parameters["TRANSPARENCY_MASK"],)
+        else:
+            writes += 1
+        ports[name] = (reads, writes)
+    return ports
+
+
+def block_ram_script(rtlil, *, min_width, min_depth=3, undefined_collisions=False):
     """Yosys commands that put every written memory of at least ``min_width`` bits and
     ``min_depth`` words of ``rtlil`` (Amaranth's RTLIL text) in block RAM.
 
     Yosys keeps wide, shallow memories (FIFOs, reorder buffers) in LUT RAM, where 4 bits of
     16 words take six LUT slots; a design crowded with FP32 lanes runs out of LUTs long
     before it runs out of block RAM. ROMs are left to Yosys.
+
+    ECP5 block RAM does not define a read of the word being written through the other port,
+    so Yosys adds a bypass (a register and a multiplexer per bit) to every non-transparent
+    read port. With ``undefined_collisions`` such reads are declared undefined instead (their
+    ``COLLISION_X_MASK``), which is only right for designs that never use them: Amaranth's
+    ``SyncFIFOBuffered`` reads only words written in earlier cycles, for instance.
     """
     commands = []
     for module in rtlil.split("\nmodule ")[1:]:
         module_name = module.split("\n", 1)[0].strip().removeprefix("\\")
-        written = set(_WRITE_PORT_MEMID.findall(module))
+        ports = _memory_ports(module)
         for width, depth, name in _MEMORY.findall(module):
-            if int(width) >= min_width and int(depth) >= min_depth and name in written:
-                commands.append(f'setattr -set ram_style "block" {module_name}/m:{name}')
+            reads, writes = ports.get(name, ((), 0))
+            if int(width) < min_width or int(depth) < min_depth or not writes:
+                continue
+            commands.append(f'setattr -set ram_style "block" {module_name}/m:{name}')
+            if undefined_collisions and all("1" not in mask.split("'")[1] for mask in reads):
+                commands.append(f"setparam -set COLLISION_X_MASK {writes}'{'1' * writes} "
+                                f"{module_name}/r:MEMID=\\{name} {module_name}/t:$memrd_v2 %i")
     return "\n".join(commands)
 
 
@@ -88,9 +116,9 @@ def write_summary(path, summary):
 
 
 def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
-                   block_ram_min_width=None):
+                   block_ram_min_width=None, undefined_collisions=False):
     """Build ``top`` for ``platform`` in ``build_dir`` and summarise nextpnr's report
-    (``block_ram_min_width``: see :func:`prepare_plan`).
+    (``block_ram_min_width``, ``undefined_collisions``: see :func:`prepare_plan`).
 
     Returns the summary (also written to ``build_dir/summary.json``): the fields of
     :func:`boards.nextpnr_report.summarise_report`, the device, the build's wall-clock
@@ -99,7 +127,8 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
     if getattr(platform, "family", None) != "ecp5":
         raise ValueError(f"The open-toolchain build is for ECP5 platforms, not {platform!r}")
     build_dir = Path(build_dir)
-    plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width)
+    plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width,
+                        undefined_collisions=undefined_collisions)
     started = time.monotonic()
     plan.execute_local(str(build_dir), env=open_toolchain_env())
     seconds = time.monotonic() - started

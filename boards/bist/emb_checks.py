@@ -169,10 +169,14 @@ def _status(opcode, batch):
         {"opcode": opcode, "batch": batch, "error": ErrorCode.NONE})).value
 
 
-def emb_checks(*, seed=0, timeout_cycles=8192, workload=None, **engine_params):
+def emb_checks(*, seed=0, timeout_cycles=8192, workload=None, engine="embedding",
+               **engine_params):
     """The engine's self-test: a LOOKUP check and an UPDATE + LOOKUP check on one
     :class:`~boards.bist.emb_dut.EngineUnderTest` (``engine_params`` override
     :data:`~boards.bist.emb_dut.ENGINE_DEFAULTS`).
+
+    With ``engine="lookup"`` only the LOOKUP check runs; with ``engine="update"`` the UPDATE
+    check, whose updated rows are then read back but not looked up.
 
     ``timeout_cycles`` must cover the longest command (the UPDATE), during which the device
     yields nothing.
@@ -200,7 +204,8 @@ def emb_checks(*, seed=0, timeout_cycles=8192, workload=None, **engine_params):
         raise ValueError(f"The workload needs {size} bytes, more than {params['addr_width']} "
                          f"address bits reach")
 
-    dut = EngineUnderTest(memory_init=memory_init, memory_depth=len(memory_init), **params)
+    dut = EngineUnderTest(memory_init=memory_init, memory_depth=len(memory_init),
+                          engine=engine, **params)
     layout = dut.layout
     config = _pack(layout, Step.CONFIG, "config", {
         "tables": [{"base": base, "rows": table.shape[0], "dim": table.shape[1], "mode": mode}
@@ -226,12 +231,13 @@ def emb_checks(*, seed=0, timeout_cycles=8192, workload=None, **engine_params):
                   *_read_steps(layout, addresses["output"], output_bytes)],
         expected=[_status(Opcode.LOOKUP, 1), *_lines_of(workload.pooled)])
     updated = b"".join(table.tobytes() for table in workload.updated_tables)
-    update = Check(
-        name="emb_update", dut=dut, timeout_cycles=timeout_cycles,
-        stimulus=[config, command(Opcode.UPDATE, 2, "gradient"),
-                  *_read_steps(layout, 0, tables_end),
-                  command(Opcode.LOOKUP, 3, "output_after"),
-                  *_read_steps(layout, addresses["output_after"], output_bytes)],
-        expected=[_status(Opcode.UPDATE, 2), *_lines_of(np.frombuffer(updated, np.uint8)),
-                  _status(Opcode.LOOKUP, 3), *_lines_of(workload.pooled_after)])
-    return [lookup, update]
+    stimulus = [config, command(Opcode.UPDATE, 2, "gradient"),
+                *_read_steps(layout, 0, tables_end)]
+    expected = [_status(Opcode.UPDATE, 2), *_lines_of(np.frombuffer(updated, np.uint8))]
+    if engine == "embedding":
+        stimulus += [command(Opcode.LOOKUP, 3, "output_after"),
+                     *_read_steps(layout, addresses["output_after"], output_bytes)]
+        expected += [_status(Opcode.LOOKUP, 3), *_lines_of(workload.pooled_after)]
+    update = Check(name="emb_update", dut=dut, timeout_cycles=timeout_cycles,
+                   stimulus=stimulus, expected=expected)
+    return {"embedding": [lookup, update], "lookup": [lookup], "update": [update]}[engine]

@@ -24,7 +24,7 @@ from hw.emb.layouts import command_layout, region_layout, table_layout
 
 from .axi_bram import LINE_BITS, AxiBram
 
-__all__ = ["ENGINE_DEFAULTS", "EngineUnderTest", "Step", "step_layout"]
+__all__ = ["ENGINES", "ENGINE_DEFAULTS", "EngineUnderTest", "Step", "step_layout"]
 
 
 class Step(enum.Enum, shape=2):
@@ -33,14 +33,43 @@ class Step(enum.Enum, shape=2):
     READ = 2
 
 
-# A configuration that fits an ECP5-85F next to the self-test (see boards/README figures):
-# two tables of up to 32 floats a row, one region, few reads in flight, small buffers.
-ENGINE_DEFAULTS = dict(max_tables=2, max_dim=32, num_regions=1, addr_width=16, id_width=3,
+# The smallest configuration that still exercises everything: two tables of up to 32 floats
+# a row (rows of two lines), one region, an 8 KiB address space, few reads in flight, the
+# smallest buffers. The 64 FP32 lanes take most of an ECP5-85F whatever these are. (An output
+# buffer of 2 loses lines: its SyncFIFOBuffered refuses a write at level 1 while its output
+# register fills, and the pooler goes by the level; hence 4.)
+ENGINE_DEFAULTS = dict(max_tables=2, max_dim=32, num_regions=1, addr_width=13, id_width=3,
                        outstanding_reads=4, index_buffer_depth=32, offset_buffer_depth=32,
-                       output_buffer_depth=4, bag_slots=8, max_unique_rows=8,
+                       output_buffer_depth=4, bag_slots=4, max_unique_rows=4,
                        update_outstanding_reads=4)
 
 _INCR = 1
+
+_LOOKUP_ONLY = ("max_unique_rows", "update_outstanding_reads")
+
+
+def _lookup_engine(params):
+    from hw.emb.lookup import LookupEngine
+
+    return LookupEngine(**{k: v for k, v in params.items() if k not in _LOOKUP_ONLY})
+
+
+def _update_engine(params):
+    from hw.emb.update import UpdateEngine
+
+    names = ("max_tables", "max_dim", "num_regions", "addr_width", "id_width",
+             "max_unique_rows", "add_stages", "mul_stages")
+    return UpdateEngine(**{k: params[k] for k in names if k in params},
+                        outstanding_reads=params["update_outstanding_reads"])
+
+
+#: What :class:`EngineUnderTest` can hold: the device core, or one of its two engines alone
+#: (each answers only its own opcode; they share the command and AXI formats).
+ENGINES = {
+    "embedding": lambda params: EmbeddingEngine(**params),
+    "lookup": _lookup_engine,
+    "update": _update_engine,
+}
 
 
 def config_layout(*, addr_width, max_tables, num_regions):
@@ -75,9 +104,11 @@ class EngineUnderTest(wiring.Component):
         The memory's initial lines (512-bit integers).
     memory_depth : int
         Lines of memory (at least ``len(memory_init)``).
+    engine : str
+        A key of :data:`ENGINES`: ``"embedding"`` (the default) or one engine alone.
     **engine_params :
-        Passed to :class:`~hw.emb.engine.EmbeddingEngine`; missing ones come from
-        :data:`ENGINE_DEFAULTS`.
+        Passed to :class:`~hw.emb.engine.EmbeddingEngine` (or the engine's share of them);
+        missing ones come from :data:`ENGINE_DEFAULTS`.
 
     Members
     -------
@@ -86,9 +117,12 @@ class EngineUnderTest(wiring.Component):
         Statuses and lines read.
     """
 
-    def __init__(self, *, memory_init, memory_depth, **engine_params):
+    def __init__(self, *, memory_init, memory_depth, engine="embedding", **engine_params):
+        if engine not in ENGINES:
+            raise ValueError(f"Engine must be one of {', '.join(map(repr, ENGINES))}, not "
+                             f"{engine!r}")
         params = {**ENGINE_DEFAULTS, **engine_params}
-        self.engine = EmbeddingEngine(**params)
+        self.engine = ENGINES[engine](params)
         self.memory = AxiBram(depth=memory_depth, init=memory_init,
                               addr_width=params["addr_width"], id_width=params["id_width"])
         self.params = params
@@ -110,7 +144,7 @@ class EngineUnderTest(wiring.Component):
 
         tables = Signal.like(engine.tables)
         regions = Signal.like(engine.regions)
-        lr = Signal.like(engine.lr)
+        lr = Signal(32)
         command = Signal.like(engine.cmd.payload)
         command_valid = Signal()
         ar_valid = Signal()
@@ -119,10 +153,11 @@ class EngineUnderTest(wiring.Component):
         m.d.comb += [
             engine.tables.eq(tables),
             engine.regions.eq(regions),
-            engine.lr.eq(lr),
             engine.cmd.payload.eq(command),
             engine.cmd.valid.eq(command_valid),
         ]
+        if "lr" in engine.signature.members:
+            m.d.comb += engine.lr.eq(lr)
 
         # Memory port: the engine's while a command runs, the sequencer's otherwise. Data and
         # addresses of the write channels and R/B data fan out unmuxed; only handshakes switch.
