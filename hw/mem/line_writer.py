@@ -65,7 +65,11 @@ class LineWriter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         layout = self.lines.payload.shape()
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size, depth=self._depth)
+        # SyncFIFOBuffered(d) is a (d - 1)-entry FIFO plus an output register: while that
+        # register refills it refuses a write at level d - 1 (always, for d = 2). One spare
+        # entry makes "level < depth" a guarantee that the next line is taken.
+        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
+                                                           depth=self._depth + 1)
         m.d.comb += [
             queue.w_en.eq(self.lines.valid),
             queue.w_data.eq(self.lines.payload),

@@ -94,9 +94,6 @@ def test_engine_names_are_validated():
         emb_checks(engine="pool")
 
 
-@pytest.mark.xfail(strict=True, reason="hw/emb: with output_buffer_depth=2 the lookup loses "
-                                      "output lines (LineWriter's SyncFIFOBuffered(depth=2) "
-                                      "refuses a write at level 1; the pooler goes by the level)")
 def test_engine_bist_with_the_smallest_output_buffer():
     line, _ = run_bist(emb_checks(timeout_cycles=TIMEOUT, output_buffer_depth=2),
                        max_cycles=12_000)
