@@ -149,10 +149,22 @@ async def run_host_gather(device, link, preset, layout, spec):
 async def measure(dut):
     spec = json.loads(open(os.environ["BENCH_SPEC"]).read())
     params = design_from_env().params
-    preset = spec_preset(spec).replace(num_batches=spec["batches"])
     device = Device(dut, addr_width=params["addr_width"], max_tables=params["max_tables"],
                     num_regions=params["num_regions"])
     link = Link(dut)
+    start_clock(dut)
+    await reset(dut)
+    out = {"presets": {}}
+    for preset_spec in spec["presets"]:
+        out["presets"][preset_spec["preset"]] = await measure_preset(
+            dut, device, link, params, {**spec, **preset_spec})
+        # Written after every preset, so a long run leaves what it has measured.
+        with open(os.environ["BENCH_RESULT"], "w") as f:
+            json.dump(out, f, indent=1)
+
+
+async def measure_preset(dut, device, link, params, spec):
+    preset = spec_preset(spec).replace(num_batches=spec["batches"])
     layout = MemoryMap.for_preset(preset, Trainer.mlp_floats(preset))
     memory_bytes = params["memory_lines"] * LINE_BYTES
     table_lines = sum(preset.table_rows) * preset.dim // 16
@@ -162,8 +174,6 @@ async def measure(dut):
     if reload_source + table_lines * LINE_BYTES > memory_bytes:
         assert table_lines * LINE_BYTES <= layout.log_size, "PMEM too small"
         reload_source = layout.log
-    start_clock(dut)
-    await reset(dut)
     results = {"preset": preset.name, "modes": {}, "profile": spec["profile"]}
     wall = time.monotonic()
     first_ns = get_sim_time("ns")
@@ -240,5 +250,4 @@ async def measure(dut):
     results["simulated_cycles"] = int((get_sim_time("ns") - first_ns) // CLOCK_PERIOD_NS)
     results["wall_seconds"] = time.monotonic() - wall
     results["profile_timing"] = PROFILES[spec["profile"]].inputs()
-    with open(os.environ["BENCH_RESULT"], "w") as out:
-        json.dump(results, out, indent=1)
+    return results
