@@ -1,6 +1,6 @@
 """Paper-style comparison (issue #8), measured from the RTL in Verilator on the PMEM profile.
 
-    python -m bench paper [--presets rm1_sim rm2_sim] [--batches 3] [--gpu-cycles 5000]
+    python -m bench paper [--presets rm1_sim rm2_sim] [--batches 2] [--gpu-cycles 5000]
                           [--host-floats-per-cycle 16] [--skip-lookup]
     nox -s bench                      (no arguments: this benchmark)
 
@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from sim.rtl import BUILD_ROOT
@@ -236,7 +237,9 @@ def write_markdown(results: dict) -> str:
     lookup = results.get("lookup_efficiency")
     if lookup:
         lines += ["## Lookup bandwidth efficiency (python -m bench lookup, fixed-latency "
-                  "memory)", "", "| dim | read latency | efficiency | cycles |",
+                  "memory)", "", *([f"({lookup['source']})", ""] if lookup.get("source")
+                                    else []),
+                  "| dim | read latency | efficiency | cycles |",
                   "|---:|---:|---:|---:|"]
         for row in lookup["results"]:
             lines.append(f"| {row['dim']} | {row['read_latency']} | "
@@ -359,12 +362,14 @@ def main(argv=None) -> int:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--presets", nargs="+", default=list(SIM_PRESETS),
                         choices=sorted(SIM_PRESETS))
-    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=2)
     parser.add_argument("--gpu-cycles", type=int, default=5000)
     parser.add_argument("--host-floats-per-cycle", type=int, default=16)
     parser.add_argument("--profile", default="pmem")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--skip-lookup", action="store_true")
+    parser.add_argument("--skip-lookup", action="store_true",
+                        help="do not run `python -m bench lookup` (an earlier lookup.json in "
+                             "the output directory is included, labelled as such)")
     parser.add_argument("--output-dir", default=str(BUILD_ROOT / "bench"))
     parser.add_argument("--from-raw", metavar="JSON",
                         help="write the report from a previous run's paper_raw.json")
@@ -420,12 +425,17 @@ def main(argv=None) -> int:
     for name, raw in raws.items():
         raw["snapshot_interval"] = params["presets"][name]["snapshot_interval"]
     lookup_report = None
+    lookup_path = out_dir / "lookup.json"
     if not args.skip_lookup:
         from bench import lookup
 
-        lookup_path = out_dir / "lookup.json"
         lookup.main(["--output", str(lookup_path)])
         lookup_report = json.loads(lookup_path.read_text())
+    elif lookup_path.exists():
+        # Reported as what it is: an earlier run of `python -m bench lookup`.
+        lookup_report = json.loads(lookup_path.read_text())
+        lookup_report["source"] = (f"earlier run of python -m bench lookup ({lookup_path}, "
+                                   f"written {time.ctime(lookup_path.stat().st_mtime)})")
     results = summarise(raws, params, lookup=lookup_report)
     for path in write_report(results, out_dir):
         print(f"written {path}")
