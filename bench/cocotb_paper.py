@@ -85,6 +85,18 @@ class Link:
         return int(self.dut.link_lines_read.value), int(self.dut.link_lines_written.value)
 
 
+def _pmem_beats(dut):
+    """The PMEM model's free-running (read, write) data-beat counters."""
+    return int(dut.read_beats.value), int(dut.write_beats.value)
+
+
+def _beats_since(dut, before, batches):
+    """PMEM lines read and written per batch since ``before`` (counters wrap at 2**32)."""
+    now = _pmem_beats(dut)
+    return {"pmem_lines_read_per_batch": ((now[0] - before[0]) % 2**32) / batches,
+            "pmem_lines_written_per_batch": ((now[1] - before[1]) % 2**32) / batches}
+
+
 def _nmp_link_lines(preset, batch):
     """Lines the host moves over CXL.mem per batch in the near-memory modes: indices,
     offsets (and weights) in, pooled output out, gradient in."""
@@ -182,10 +194,12 @@ async def measure_preset(dut, device, link, params, spec):
         device.set_profile(spec["profile"])
         if mode == "host_gather":
             started_wall, started = time.monotonic(), device.now()
+            beats = _pmem_beats(dut)
             batches = await run_host_gather(device, link, preset, layout, spec)
             results["modes"][mode] = {
                 "batches": batches, "cycles": device.now() - started,
-                "seconds": time.monotonic() - started_wall}
+                "seconds": time.monotonic() - started_wall,
+                **_beats_since(dut, beats, len(batches))}
             continue
         checkpointing = mode == "nmp_log_on_lookup"
         await device.write(layout.meta, bytes(8 * LINE_BYTES))
@@ -193,6 +207,7 @@ async def measure_preset(dut, device, link, params, spec):
                           checkpointing=checkpointing, host_gap=spec["gpu_cycles"])
         await trainer.load_initial()
         before = device.counters()
+        beats = _pmem_beats(dut)
         started_wall, started = time.monotonic(), device.now()
         while trainer.next_batch < preset.num_batches:
             assert await trainer.run_batch() is None
@@ -206,6 +221,7 @@ async def measure_preset(dut, device, link, params, spec):
             "batches": trainer.batch_cycles,
             "counters": {k: after[k] - before[k] for k in after},
             "cycles": device.now() - started, "seconds": time.monotonic() - started_wall,
+            **_beats_since(dut, beats, preset.num_batches),
             # MLP snapshots (host writes of a slot + SNAPSHOT) happen after a batch's UPDATE,
             # outside the batch window: counted here, amortised per batch by the report.
             "snapshot_lines_per_k": _lines(Trainer.mlp_floats(preset) * 4)

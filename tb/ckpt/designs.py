@@ -23,13 +23,15 @@ SYSTEM = Design("ckpt_system", "tb.ckpt.harness:CheckpointSystem", {
 #: 32 tables, D up to 64, bags of 120), PMEM of 4 MiB (every memory of the model is initialised
 #: in the emitted Verilog, so its size is paid in build time), the index and offset windows
 #: sized so a scaled batch is read once, 256 unique rows per UPDATE chunk (the update engine's
-#: key match is a reduce chain: 1024 exceeds Python's recursion limit in elaboration), and the
-#: host-gather baseline's CXL.mem link (:class:`sim.host_link.HostLink`).
+#: key match is a reduce chain: 1024 exceeds Python's recursion limit in elaboration), 64
+#: gradient and 64 row reads in flight in UPDATE (the `pmem` read bandwidth x latency is
+#: 0.6 x 60 = 36 lines; with 16 UPDATE was latency-bound), and the host-gather baseline's
+#: CXL.mem link (:class:`sim.host_link.HostLink`).
 PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
     "max_tables": 32, "max_dim": 64, "num_regions": 2, "addr_width": 32, "id_width": 7,
     "outstanding_reads": 64, "index_buffer_depth": 8192, "offset_buffer_depth": 256,
     "output_buffer_depth": 32, "bag_slots": 8, "max_unique_rows": 256,
-    "update_outstanding_reads": 16,
+    "update_outstanding_reads": 64,
     "memory_lines": 65536, "pending_beats": 64, "log_buffer_depth": 64,
     "dedup_entries": 1024,
     "host_link": {"desc_depth": 4096, "buffer_lines": 8192},

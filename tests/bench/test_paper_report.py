@@ -26,7 +26,8 @@ def _raw():
         "preset": "rm1_sim", "profile": "pmem", "snapshot_interval": 5,
         "modes": {
             "nmp": {"batches": _nmp_batches(1000, 300), "counters": {"log_entries": 0},
-                    "snapshot_lines_per_k": 0},
+                    "snapshot_lines_per_k": 0, "pmem_lines_read_per_batch": 120.0,
+                    "pmem_lines_written_per_batch": 40.0},
             "nmp_log_on_lookup": {"batches": _nmp_batches(1010, 310),
                                   "counters": {"log_entries": 40},
                                   "snapshot_lines_per_k": 10},
@@ -83,3 +84,17 @@ def test_not_implemented_modes_carry_no_number(tmp_path):
                                                   "speedup_vs_host_gather"))
     for mode in set(MODES) - set(NOT_IMPLEMENTED):
         assert modes[mode]["status"] == "measured"
+
+
+def test_pmem_write_bound(tmp_path):
+    """The write bound is the batch's PMEM writes at the profile's write rate; modes whose raw
+    result has no PMEM counters (older runs) get no traffic fields rather than zeros."""
+    results = summarise({"rm1_sim": _raw()}, _params())
+    write_report(results, tmp_path)
+    nmp = results["presets"]["rm1_sim"]["modes"]["nmp"]
+    assert nmp["pmem_write_bound_cycles"] == pytest.approx(400)      # 40 lines / 0.1
+    assert nmp["pmem_read_bound_cycles"] == pytest.approx(200)       # 120 lines / 0.6
+    assert nmp["pmem_write_port_busy"] == pytest.approx(0.4)         # 400 / 1000 cycles
+    assert "pmem_write_bound_cycles" not in results["presets"]["rm1_sim"]["modes"][
+        "host_gather"]
+    assert "| 120 / 40 | 400 | 40% |" in (tmp_path / "results.md").read_text()
