@@ -28,17 +28,18 @@ _NEXTPNR_OPTS = f"--report {REPORT_FILE} --timing-allow-fail"
 
 
 def prepare_plan(platform, top, *, name="top", block_ram_min_width=None,
-                 undefined_collisions=False, **overrides):
+                 undefined_collisions=False, router=None, **overrides):
     """``platform.build(top, do_build=False)`` with the open toolchain selected.
 
-    For ECP5 platforms the nextpnr report options are added, and with
-    ``block_ram_min_width`` the Yosys script puts written memories at least that wide (and 3
-    words deep) in block RAM (:func:`block_ram_script`, which also explains
+    For ECP5 platforms the nextpnr report options are added (and ``--router router``), and
+    with ``block_ram_min_width`` the Yosys script puts written memories at least that wide
+    (and 3 words deep) in block RAM (:func:`block_ram_script`, which also explains
     ``undefined_collisions``; the design is then elaborated twice). ``overrides`` are passed
     on to Amaranth's template overrides.
     """
     if getattr(platform, "family", None) == "ecp5":
-        overrides.setdefault("nextpnr_opts", _NEXTPNR_OPTS)
+        overrides.setdefault("nextpnr_opts",
+                             _NEXTPNR_OPTS + ("" if router is None else f" --router {router}"))
         if block_ram_min_width is not None:
             # A platform prepares once; the first pass uses a copy.
             rtlil = prepare_plan(copy.deepcopy(platform), top, name=name).files[f"{name}.il"]
@@ -116,9 +117,10 @@ def write_summary(path, summary):
 
 
 def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
-                   block_ram_min_width=None, undefined_collisions=False):
+                   block_ram_min_width=None, undefined_collisions=False, router=None):
     """Build ``top`` for ``platform`` in ``build_dir`` and summarise nextpnr's report
-    (``block_ram_min_width``, ``undefined_collisions``: see :func:`prepare_plan`).
+    (``block_ram_min_width``, ``undefined_collisions``, ``router``: see
+    :func:`prepare_plan`).
 
     Returns the summary (also written to ``build_dir/summary.json``): the fields of
     :func:`boards.nextpnr_report.summarise_report`, the device, the build's wall-clock
@@ -128,7 +130,7 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
         raise ValueError(f"The open-toolchain build is for ECP5 platforms, not {platform!r}")
     build_dir = Path(build_dir)
     plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width,
-                        undefined_collisions=undefined_collisions)
+                        undefined_collisions=undefined_collisions, router=router)
     started = time.monotonic()
     plan.execute_local(str(build_dir), env=open_toolchain_env())
     seconds = time.monotonic() - started

@@ -73,8 +73,11 @@ _DESIGN_OPTIONS = {"emb": ("seed", "clock_mhz"), "fp": ("lanes", "vectors", "see
 # LUT RAM alone would take about 10k of the 85F's 84k LUTs. None of them reads a word in the
 # cycle it is written (Amaranth's FIFOs; the reorder buffer reads a slot after it is complete;
 # the gradient buffer's hazard window; AxiBram's managers wait for B before reading a line
-# back), so no bypass logic is needed (boards.build.block_ram_script).
-_BUILD_OPTIONS = {"emb": {"block_ram_min_width": 256, "undefined_collisions": True}, "fp": {}}
+# back), so no bypass logic is needed (boards.build.block_ram_script). At close to 90% of
+# the LUTs nextpnr's default router takes hours; router2 does not.
+_BUILD_OPTIONS = {"emb": {"block_ram_min_width": 256, "undefined_collisions": True,
+                          "router": "router2"},
+                  "fp": {}}
 
 
 def _parse_args(argv):
