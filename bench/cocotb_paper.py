@@ -25,7 +25,7 @@ import time
 
 import cocotb
 import numpy as np
-from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
+from cocotb.triggers import FallingEdge, RisingEdge
 from cocotb.utils import get_sim_time
 
 from hw.ckpt.layouts import CheckpointPhase
@@ -35,7 +35,7 @@ from sim.rtl import design_from_env
 from sw_model.data import make_batch
 from sw_model.presets import get_preset
 from tb.ckpt.host import Device, FailurePlan, MemoryMap, Trainer
-from tb.common import CLOCK_PERIOD_NS, reset, start_clock
+from tb.common import CLOCK_PERIOD_NS, reset, start_clock, wait_cycles
 
 OP_READ_ROWS, OP_WRITE_ROWS, OP_READ_LINES, OP_WRITE_LINES = 0, 1, 2, 3
 
@@ -129,11 +129,11 @@ async def run_host_gather(device, link, preset, layout, spec):
         await link.command(OP_READ_ROWS, unique, row_lines)
         gathered = device.now()
         pool_cycles = -(-occurrences * preset.dim // rate)
-        await ClockCycles(dut.clk, pool_cycles)
-        await ClockCycles(dut.clk, spec["gpu_cycles"])
+        await wait_cycles(dut.clk, pool_cycles)
+        await wait_cycles(dut.clk, spec["gpu_cycles"])
         # Gradient of every occurrence summed per row, then SGD (mul + sub) per unique row.
         update_cycles = -(-(occurrences + 2 * unique) * preset.dim // rate)
-        await ClockCycles(dut.clk, update_cycles)
+        await wait_cycles(dut.clk, update_cycles)
         host_done = device.now()
         # Checkpoint by copying: the old rows (held since the gather) to the log, persistent;
         # the batch flag; only then the rows in place; then the commit record.

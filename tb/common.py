@@ -6,9 +6,10 @@ import random
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles, RisingEdge, Timer
 
-__all__ = ["CLOCK_PERIOD_NS", "pause_pattern", "reset", "rng", "start_clock"]
+__all__ = ["CLOCK_PERIOD_NS", "cycles_timer", "pause_pattern", "reset", "rng", "start_clock",
+           "wait_cycles"]
 
 CLOCK_PERIOD_NS = 10
 
@@ -16,6 +17,27 @@ CLOCK_PERIOD_NS = 10
 def start_clock(dut, period_ns: int = CLOCK_PERIOD_NS) -> None:
     """Drive ``dut.clk`` from C (``impl="gpi"``): Python wakes only when a test awaits."""
     Clock(dut.clk, period_ns, unit="ns", impl="gpi").start()
+
+
+async def wait_cycles(clk, cycles: int, period_ns: int = CLOCK_PERIOD_NS) -> None:
+    """Wait for ``cycles`` rising edges of ``clk`` (like ``ClockCycles``), with one timer.
+
+    cocotb 2's ``ClockCycles`` wakes Python on every edge, which caps a system simulation at a
+    few thousand cycles per second; here Python wakes three times: the first edge puts us on
+    an edge, a timer to the middle of the cycle before the last edge, then the last edge.
+    """
+    if cycles < 1:
+        return
+    await RisingEdge(clk)
+    if cycles > 1:
+        await Timer((cycles - 2) * period_ns + period_ns // 2, unit="ns")
+        await RisingEdge(clk)
+
+
+def cycles_timer(cycles: int, period_ns: int = CLOCK_PERIOD_NS) -> Timer:
+    """A timer of about ``cycles`` clock periods, for timeouts in ``First(...)`` (a
+    ``ClockCycles`` there would wake Python on every edge of the wait)."""
+    return Timer(cycles * period_ns, unit="ns")
 
 
 async def reset(dut, cycles: int = 2) -> None:

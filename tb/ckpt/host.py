@@ -39,6 +39,7 @@ from sw_model.dlrm import MLPParams, dense_backward, dense_forward, pool_embeddi
 from sw_model.embedding import sparse_sgd_update
 from sw_model.presets import Preset
 from sw_model.train import initial_state
+from tb.common import cycles_timer, wait_cycles
 
 __all__ = ["Device", "FailurePlan", "MemoryMap", "PathGolden", "Trainer", "TrialResult"]
 
@@ -189,7 +190,7 @@ class Device:
         """The status of the command in flight, or None if ``abort`` fires first."""
         dut = self.dut
         if not dut.done__valid.value:
-            waits = [RisingEdge(dut.done__valid), ClockCycles(dut.clk, timeout_cycles)]
+            waits = [RisingEdge(dut.done__valid), cycles_timer(timeout_cycles)]
             if abort is not None:
                 waits.append(abort.wait())
             await First(*waits)
@@ -319,7 +320,7 @@ class _Injector:
             while self.device.phase() != on_phase:
                 await RisingEdge(self.device.dut.clk)
         if delay:
-            await ClockCycles(self.device.dut.clk, delay)
+            await wait_cycles(self.device.dut.clk, delay)
         self.phase_at_failure = self.device.phase()
         self.fired.set()
 
@@ -433,7 +434,7 @@ class Trainer:
             batch.per_sample_weights, max_unique_rows=self.max_unique_rows).tables
         self.golden.mlp_after[n] = sgd_step(mlp, grads, preset.lr)
         if self.host_gap:
-            await ClockCycles(device.dut.clk, self.host_gap)
+            await wait_cycles(device.dut.clk, self.host_gap)
         host_cycles = device.now() - host_started
 
         status, injector, update_cycles = await step("update", Opcode.UPDATE)

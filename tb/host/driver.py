@@ -20,14 +20,14 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
-from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
+from cocotb.triggers import RisingEdge, with_timeout
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiResp
 
 from hw.csr import RegisterDriver, RegisterMap
 from hw.cxl.hdm import decoder_fields
 from hw.device_regs import ENGINE_COUNTERS, ERRORS, MAGIC, VERSION
 from hw.emb.layouts import ErrorCode, Opcode, PoolingMode
-from tb.common import CLOCK_PERIOD_NS
+from tb.common import CLOCK_PERIOD_NS, wait_cycles
 
 __all__ = ["NO_BATCH", "CommandError", "CommandQueueFull", "Completion", "DeviceDriver",
            "RecoveryReport", "RegisterBusError", "TableConfig", "batch_number"]
@@ -286,7 +286,7 @@ class DeviceDriver:
                 if head["valid"]:
                     return head
                 if self._irq is None:
-                    await ClockCycles(self._clock, self._poll_cycles)
+                    await wait_cycles(self._clock, self._poll_cycles)
 
         if self._irq is not None:
             await self.set_control(irq_enable=1)

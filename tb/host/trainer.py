@@ -33,14 +33,13 @@ from dataclasses import dataclass, field
 import cocotb
 import numpy as np
 from cocotb.simtime import get_sim_time
-from cocotb.triggers import ClockCycles
 
 from hw.emb.layouts import LINE_BYTES, Opcode, PoolingMode
 from sw_model.checkpoint import is_snapshot_batch
 from sw_model.data import Batch, make_batch
 from sw_model.dlrm import MLPParams, bce_loss, dense_backward, dense_forward, sgd_step
 from sw_model.presets import Preset
-from tb.common import CLOCK_PERIOD_NS
+from tb.common import CLOCK_PERIOD_NS, wait_cycles
 from tb.host.driver import NO_BATCH, DeviceDriver, RecoveryReport, TableConfig
 
 __all__ = ["BatchTiming", "HostTrainer", "MemoryPlan", "StagingSlot", "mlp_parameters"]
@@ -331,7 +330,7 @@ class HostTrainer:
         grads, d_pooled = dense_backward(self.mlp, forward, batch.labels)
 
         mark = now_cycles()
-        gpu = [cocotb.start_soon(ClockCycles(self.clock, self.gpu_cycles))] \
+        gpu = [cocotb.start_soon(wait_cycles(self.clock, self.gpu_cycles))] \
             if self.gpu_cycles else []
         if stage_next:
             gpu.append(cocotb.start_soon(self.stage(number + 1)))
