@@ -33,6 +33,36 @@ A batch N runs LOOKUP(N), UPDATE(N), then possibly SNAPSHOT(N):
   persistent, so a second recovery does nothing more, and a recovery cut short by a power
   failure restores the same entries again (invariant 5).
 
+Synchronous undo log (``sync_log``)
+-----------------------------------
+The comparison point ``nmp_sync_log``: the undo log is taken at UPDATE time, on the critical
+path, instead of overlapping the host's work between LOOKUP and UPDATE. ``sync_log`` is
+sampled when LOOKUP(N) is accepted and holds for batch N (changing it between LOOKUP(N) and
+UPDATE(N) has no effect on N: UPDATE(N) always follows the mode of its LOOKUP, so a batch is
+never left with half a log); it only matters with ``logging_enable`` set.
+
+* LOOKUP(N) runs under the same rules (N must be last committed + 1; ``log_open`` and
+  ``log_batch`` afterwards) but the tap takes no entries (``log_entries`` stays 0), and the
+  command descriptor is latched.
+* UPDATE(N) first *replays* LOOKUP(N) (the latched descriptor, same batch number) to the
+  embedding engine, phase ``REPLAY``, with the tap taking entries into log area N % 2 exactly
+  as log-on-lookup does (same filter, same entries, same ``counters.log_entries``): the replay
+  re-reads every table row of the batch, which is the synchronous undo log's read of the old
+  values. The replay's writes (the pooled output buffer) are answered here and dropped: the
+  tables are unchanged since LOOKUP(N), so they would rewrite identical values, and the host
+  may already have put UPDATE(N)'s gradients into that very buffer (``output`` is the
+  gradient buffer of UPDATE; the testbench host uses one buffer for both). Nothing of the
+  replay reaches memory but its reads and the log.
+* When the replayed LOOKUP is done, UPDATE(N) proceeds exactly as above (seal, flag, forward
+  UPDATE(N), gate, commit): the flag is still written only after every entry is persistent,
+  so RECOVER is unchanged.
+* If the replayed LOOKUP reports an error, UPDATE(N) is refused (``BAD_OPCODE``, the
+  location fields of the engine's status, ``CheckpointError.REPLAY_FAILED``) with no flag
+  written and no table row changed; the batch stays open, so UPDATE(N) may be sent again
+  (it replays again), as may LOOKUP(N). A GPF during the replay cuts the log as during a
+  log-on-lookup LOOKUP: UPDATE(N) is then refused with ``LOG_OVERFLOW`` and may be retried.
+* The embedding engine's own counters count the replayed LOOKUP as a second lookup.
+
 Snapshots: the host writes the MLP parameters into slot ``next_snapshot_slot`` (the slot that
 does not hold the newest complete snapshot) over CXL.mem, waits for its writes to complete,
 then sends SNAPSHOT(N); the slot's completion record ``{N}`` is written and the slot becomes the
@@ -56,7 +86,7 @@ the log buffer, open headers and every accepted write drain; ``gpf_done`` rises 
 persistent, with the time it took in ``gpf_drain_cycles``.
 
 With ``logging_enable`` clear, LOOKUP and UPDATE pass straight through (the no-checkpoint
-baseline), and the persistent state is not maintained.
+baseline, whatever ``sync_log`` says), and the persistent state is not maintained.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
@@ -172,6 +202,9 @@ class CheckpointEngine(wiring.Component):
         K: SNAPSHOT(N) requires (N + 1) % K == 0 (K = 0: any batch).
     logging_enable : ``In(1)``
         Clear: LOOKUP/UPDATE pass straight through (no logging, no ordering, no commit).
+    sync_log : ``In(1)``
+        With logging: take the undo log synchronously at UPDATE time by replaying the LOOKUP
+        (module docstring); sampled when LOOKUP(N) is accepted, held for batch N.
     gpf : ``In(1)``
         Power-fail warning (module docstring).
 
@@ -206,6 +239,7 @@ class CheckpointEngine(wiring.Component):
         self._dedup_entries = dedup_entries
         self._max_writes = max_outstanding_writes
         axi = AXI4Signature(addr_width=addr_width, data_width=LINE_BITS, id_width=id_width)
+        self._axi_signature = axi
         super().__init__({
             "cmd": In(stream.Signature(command_layout(addr_width))),
             "done": Out(stream.Signature(status_layout())),
@@ -219,6 +253,7 @@ class CheckpointEngine(wiring.Component):
             "snapshot_regions": In(data.ArrayLayout(region_layout(addr_width), 2)),
             "snapshot_interval": In(32),
             "logging_enable": In(1),
+            "sync_log": In(1),
             "gpf": In(1),
             "phase": Out(CheckpointPhase),
             "error": Out(CheckpointError),
@@ -278,11 +313,45 @@ class CheckpointEngine(wiring.Component):
                                            buffer_depth=self._log_buffer_depth,
                                            dedup_entries=self._dedup_entries)
         m.submodules.log_writer = log = LogWriter(addr_width=aw)
-        wiring.connect(m, wiring.flipped(self.engine_axi), join.engine)
         wiring.connect(m, join.memory, wiring.flipped(self.axi))
         wiring.connect(m, tap.entries, log.entries)
 
+        # The engine's port into the join, except that while ``replay`` (sync_log: UPDATE
+        # replays LOOKUP) its writes are answered by a sink here and go nowhere (module
+        # docstring). Writes are single beats (the join's rule); AW and W are taken
+        # independently, one write at a time, and answered OKAY with the AW's ID.
         engine_axi = self.engine_axi
+        replay = Signal()
+        sink_aw = Signal()
+        sink_w = Signal()
+        sink_id = Signal(self._id_width)
+        sink_bvalid = sink_aw & sink_w
+        sunk = ("awvalid", "wvalid", "bready", "awready", "wready", "bvalid", "bid", "bresp")
+        for name, member in self._axi_signature.members.items():
+            if name in sunk:
+                continue
+            if member.flow == Out:   # driven by the manager (the embedding engine)
+                m.d.comb += getattr(join.engine, name).eq(getattr(engine_axi, name))
+            else:
+                m.d.comb += getattr(engine_axi, name).eq(getattr(join.engine, name))
+        m.d.comb += [
+            join.engine.awvalid.eq(engine_axi.awvalid & ~replay),
+            join.engine.wvalid.eq(engine_axi.wvalid & ~replay),
+            join.engine.bready.eq(engine_axi.bready & ~replay),
+            engine_axi.awready.eq(Mux(replay, ~sink_aw, join.engine.awready)),
+            engine_axi.wready.eq(Mux(replay, ~sink_w, join.engine.wready)),
+            engine_axi.bvalid.eq(Mux(replay, sink_bvalid, join.engine.bvalid)),
+            engine_axi.bid.eq(Mux(replay, sink_id, join.engine.bid)),
+            engine_axi.bresp.eq(Mux(replay, 0, join.engine.bresp)),
+        ]
+        with m.If(replay):
+            with m.If(engine_axi.awvalid & ~sink_aw):
+                m.d.sync += [sink_aw.eq(1), sink_id.eq(engine_axi.awid)]
+            with m.If(engine_axi.wvalid & ~sink_w):
+                m.d.sync += sink_w.eq(1)
+            with m.If(sink_bvalid & engine_axi.bready):
+                m.d.sync += [sink_aw.eq(0), sink_w.eq(0)]
+
         m.d.comb += [
             tap.tables.eq(self.tables),
             tap.arvalid.eq(engine_axi.arvalid), tap.arid.eq(engine_axi.arid),
@@ -310,6 +379,8 @@ class CheckpointEngine(wiring.Component):
 
         # --- persistent state mirrored on chip ------------------------------------------------
         command = Signal(command_layout(aw))
+        lookup_command = Signal(command_layout(aw))  # the last LOOKUP's (sync_log replays it)
+        sync_batch = Signal()      # sync_log as sampled when the open batch's LOOKUP came
         reply = Signal(status_layout())
         error = Signal(CheckpointError)
         attached = Signal()
@@ -447,14 +518,16 @@ class CheckpointEngine(wiring.Component):
 
         # --- engine command forwarding ---------------------------------------------------------
         forward = Signal()
-        m.d.comb += [self.engine_cmd.valid.eq(forward), self.engine_cmd.payload.eq(command)]
+        m.d.comb += [self.engine_cmd.valid.eq(forward),
+                     self.engine_cmd.payload.eq(Mux(replay, lookup_command.as_value(),
+                                                    command.as_value()))]
         with m.If(self.engine_cmd.ready):
             m.d.sync += forward.eq(0)
 
         write_gate = Signal()
         m.d.comb += [join.engine_write_open.eq(write_gate & ~self.gpf),
                      join.engine_read_open.eq(~self.gpf),
-                     tap.table_count.eq(command.tables)]
+                     tap.table_count.eq(Mux(replay, lookup_command.tables, command.tables))]
 
         phase = Signal(CheckpointPhase)
 
@@ -495,9 +568,15 @@ class CheckpointEngine(wiring.Component):
                             with m.Elif(n != next_batch):
                                 refuse(CheckpointError.OUT_OF_ORDER)
                             with m.Elif(payload.opcode == Opcode.LOOKUP):
+                                m.d.sync += [lookup_command.eq(payload),
+                                             sync_batch.eq(self.sync_log)]
                                 m.next = "LookupPrepare"
                             with m.Elif(~log_open | (log_batch != n)):
                                 refuse(CheckpointError.OUT_OF_ORDER)
+                            with m.Elif(sync_batch):
+                                # (The replay restarts the log: an earlier cut or overflow
+                                # of this batch does not count.)
+                                m.next = "ReplayPrepare"
                             with m.Elif(log.overflow | log_cut):
                                 refuse(CheckpointError.LOG_OVERFLOW)
                             with m.Else():
@@ -551,7 +630,8 @@ class CheckpointEngine(wiring.Component):
             with m.State("LookupRun"):
                 # The engine writes only its output buffer during LOOKUP: those pass.
                 m.d.comb += [phase.eq(CheckpointPhase.LOOKUP), write_gate.eq(1),
-                             tap.enable.eq(~self.gpf), self.engine_done.ready.eq(1)]
+                             tap.enable.eq(~self.gpf & ~sync_batch),
+                             self.engine_done.ready.eq(1)]
                 with m.If(self.gpf):
                     m.d.sync += log_cut.eq(1)
                 with m.If(self.engine_done.valid):
@@ -564,6 +644,37 @@ class CheckpointEngine(wiring.Component):
                 m.d.comb += phase.eq(CheckpointPhase.LOOKUP)
                 with m.If(join.engine_outstanding == 0):
                     m.next = "Reply"
+
+            # --- UPDATE(N) under sync_log: replay LOOKUP(N), logging its table reads ------
+            with m.State("ReplayPrepare"):
+                # As LookupPrepare, except that log_open stays (a refused UPDATE may be sent
+                # again).
+                m.d.comb += phase.eq(CheckpointPhase.REPLAY)
+                with m.If(tap.empty):
+                    m.d.comb += [tap.start.eq(1), log.start.eq(1), log.batch.eq(batch),
+                                 log.area.eq(area_line(batch[0])), log.capacity.eq(capacity)]
+                    m.d.sync += log_cut.eq(0)
+                    m.next = "ReplayExtents"
+            with m.State("ReplayExtents"):
+                m.d.comb += phase.eq(CheckpointPhase.REPLAY)
+                with m.If(tap.ready):
+                    m.d.sync += forward.eq(1)
+                    m.next = "ReplayRun"
+            with m.State("ReplayRun"):
+                # The engine gets the latched LOOKUP; its output writes go to the sink.
+                m.d.comb += [phase.eq(CheckpointPhase.REPLAY), replay.eq(1),
+                             tap.enable.eq(~self.gpf), self.engine_done.ready.eq(1)]
+                with m.If(self.gpf):
+                    m.d.sync += log_cut.eq(1)
+                with m.If(self.engine_done.valid):
+                    status = self.engine_done.payload
+                    with m.If(status.error != ErrorCode.NONE):
+                        m.d.sync += [reply.table.eq(status.table), reply.bag.eq(status.bag),
+                                     reply.position.eq(status.position)]
+                        refuse(CheckpointError.REPLAY_FAILED)
+                    with m.Else():
+                        m.d.comb += [seq.start.eq(1), seq.batch.eq(batch)]
+                        m.next = "Updating"
 
             # --- UPDATE(N): the sequencer seals, flags, gates, commits ---------------------
             with m.State("Updating"):
@@ -878,9 +989,10 @@ class CheckpointEngine(wiring.Component):
         tap_logged = Signal(32)
         tap_dups = Signal(32)
         m.d.sync += [tap_logged.eq(tap.logged), tap_dups.eq(tap.duplicates)]
-        with m.If(tap.logged != tap_logged):
+        # (Steps of one, not any change: ``start`` resetting the tap's counts is no entry.)
+        with m.If(tap.logged == (tap_logged + 1)[:32]):
             m.d.sync += counters.log_entries.eq(counters.log_entries + 1)
-        with m.If(tap.duplicates != tap_dups):
+        with m.If(tap.duplicates == (tap_dups + 1)[:32]):
             m.d.sync += counters.log_duplicates.eq(counters.log_duplicates + 1)
         with m.If(join.own_w.valid & join.own_w.ready):
             m.d.sync += counters.own_writes.eq(counters.own_writes + 1)

@@ -109,7 +109,7 @@ class CheckpointPhase(enum.Enum, shape=4):
 
     DETACHED = 0     # after reset: nothing known about memory until RECOVER
     IDLE = 1
-    LOOKUP = 2       # LOOKUP(N) runs; table reads are logged
+    LOOKUP = 2       # LOOKUP(N) runs; table reads are logged (not under sync_log)
     LOGGED = 3       # (unused as a state: LOOKUP done and log open is IDLE + log_open)
     SEAL = 4         # UPDATE(N) received: waiting for every log write of N to persist
     FLAG = 5         # writing N's batch flag
@@ -121,6 +121,7 @@ class CheckpointPhase(enum.Enum, shape=4):
     FAILED = 11      # an UPDATE failed after its flag: only RECOVER is accepted
     REPLY = 12       # reporting a command's status
     DRAIN = 13       # the engine finished UPDATE(N); its last writes become persistent
+    REPLAY = 14      # UPDATE(N) under sync_log: LOOKUP(N) replayed, its table reads logged
 
 
 class CheckpointError(enum.Enum, shape=4):
@@ -141,6 +142,7 @@ class CheckpointError(enum.Enum, shape=4):
     GPF = 11               # command refused during a global persistent flush
     BAD_CONFIG = 12        # meta region smaller than 8 lines, log area smaller than a group
     ENGINE_PROTOCOL = 13   # the engine used a reserved AXI ID or a write burst
+    REPLAY_FAILED = 14     # sync_log: the LOOKUP(N) replayed by UPDATE(N) reported an error
 
 
 _COMMON = {"magic": unsigned(32), "batch": unsigned(32)}

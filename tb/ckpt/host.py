@@ -119,7 +119,10 @@ class Device:
             getattr(self.dut, port).value = value
 
     def configure(self, preset: Preset, layout: MemoryMap, memory_bytes: int, *,
-                  logging: bool = True):
+                  logging: bool = True, sync_log: bool = False):
+        """Tables, regions, learning rate, checkpoint regions; ``logging`` off is the
+        no-checkpoint baseline, ``sync_log`` takes the undo log at UPDATE time instead of
+        during LOOKUP (``nmp_sync_log``; ``hw.ckpt.engine``)."""
         dut = self.dut
         tables = [{"base": base, "rows": rows, "dim": preset.dim,
                    "mode": _POOLING[preset.pooling]}
@@ -142,6 +145,7 @@ class Device:
              for base in layout.slots]).as_bits()
         dut.snapshot_interval.value = preset.snapshot_interval
         dut.logging_enable.value = int(logging)
+        dut.sync_log.value = int(sync_log)
 
     # --- backdoor ------------------------------------------------------------------------------
     async def write(self, address: int, payload: bytes, *, stop: Event | None = None):
@@ -483,8 +487,8 @@ class Trainer:
         if plan.step == "snapshot":
             return Failure(n, Phase.SNAPSHOT)
         # UPDATE(n) in flight or done.
-        if phase in (CheckpointPhase.SEAL, CheckpointPhase.FLAG, CheckpointPhase.UPDATE,
-                     CheckpointPhase.DRAIN):
+        if phase in (CheckpointPhase.REPLAY, CheckpointPhase.SEAL, CheckpointPhase.FLAG,
+                     CheckpointPhase.UPDATE, CheckpointPhase.DRAIN):
             return Failure(n, Phase.UPDATE)
         if phase in (CheckpointPhase.COMMIT, CheckpointPhase.REPLY):
             return Failure(n, Phase.COMMIT)

@@ -319,15 +319,16 @@ class DeviceDriver:
 
     # --- checkpointing -------------------------------------------------------------------------
     async def configure_checkpoint(self, *, meta, log, snapshots, interval: int,
-                                   logging: bool = True) -> None:
-        """The checkpoint engine's regions ``(base, size)``, snapshot interval K and logging
-        switch; the regions must hold still from RECOVER on."""
+                                   logging: bool = True, sync_log: bool = False) -> None:
+        """The checkpoint engine's regions ``(base, size)``, snapshot interval K, logging
+        switch and undo-log mode (``sync_log``: taken at UPDATE time, see
+        ``hw.ckpt.engine``); the regions must hold still from RECOVER on."""
         for name, (base, size) in (("META", meta), ("LOG", log), ("SNAPSHOT0", snapshots[0]),
                                    ("SNAPSHOT1", snapshots[1])):
             await self._write_wide(f"CKPT_{name}_BASE", "address", base)
             await self._write_wide(f"CKPT_{name}_SIZE", "size", size)
         await self.write("CKPT_INTERVAL", interval=interval)
-        await self.write("CKPT_CONTROL", logging_enable=int(logging))
+        await self.write("CKPT_CONTROL", logging_enable=int(logging), sync_log=int(sync_log))
 
     async def checkpoint_status(self) -> dict[str, int]:
         status = await self.read("CKPT_STATUS")

@@ -56,7 +56,7 @@ class Rig(wiring.Component):
         return m
 
 
-def configure(ctx, ckpt, *, interval=4, logging=True):
+def configure(ctx, ckpt, *, interval=4, logging=True, sync_log=False):
     region = region_layout(ADDR_WIDTH)
     ctx.set(ckpt.meta_region, region.const({"base": META_LINE * 64, "size": 8 * 64}))
     ctx.set(ckpt.log_region, region.const({"base": LOG_LINE * 64, "size": LOG_LINES * 64}))
@@ -64,6 +64,7 @@ def configure(ctx, ckpt, *, interval=4, logging=True):
         ctx.set(ckpt.snapshot_regions[slot], region.const({"base": line * 64, "size": 64 * 64}))
     ctx.set(ckpt.snapshot_interval, interval)
     ctx.set(ckpt.logging_enable, int(logging))
+    ctx.set(ckpt.sync_log, int(sync_log))
     tables = [{"base": TABLE_LINE * 64, "rows": 32, "dim": 16, "mode": 0},
               {"base": TABLE1_LINE * 64, "rows": 16, "dim": 32, "mode": 0}]
     for t, table in enumerate(tables):
@@ -116,12 +117,17 @@ class EngineScript:
     LOOKUP: reads ``lookup_lines`` (one AR each, ID = position % 8, several in flight), then
     writes one output line. UPDATE: reads ``update_lines`` and writes each back with a
     different value (``salt``), then reports done once every write has its B response.
+    Every command it receives is appended to ``commands`` as ``(opcode, batch)``; the LOOKUPs
+    whose position among the LOOKUPs received (from 0) is in ``lookup_errors`` report
+    BUS_ERROR.
     """
 
     lookup_lines: list[int] = field(default_factory=list)
     update_lines: list[int] = field(default_factory=list)
     salt: int = 100
     update_error: bool = False
+    lookup_errors: tuple[int, ...] = ()
+    commands: list[tuple[Opcode, int]] = field(default_factory=list)
     events: list[tuple[int, str, int]] = field(default_factory=list)  # (cycle, kind, line)
 
 
@@ -160,6 +166,7 @@ async def _engine_commands(ctx, ckpt, script):
             continue
         ctx.set(ckpt.engine_cmd.ready, 0)
         opcode = cmd.opcode
+        script.commands.append((opcode, int(cmd.batch)))
         lines = script.lookup_lines if opcode == Opcode.LOOKUP else script.update_lines
         # Issue every read (up to 8 in flight, IDs round robin), collect the data.
         pending = list(enumerate(lines))
@@ -208,8 +215,10 @@ async def _engine_commands(ctx, ckpt, script):
         while outstanding:
             outstanding -= await _tick(ctx, bus.bvalid)
             cycle += 1
-        error = ErrorCode.BUS_ERROR if (opcode == Opcode.UPDATE and script.update_error) \
-            else ErrorCode.NONE
+        lookups = sum(1 for op, _ in script.commands if op == Opcode.LOOKUP)
+        failing = (script.update_error if opcode == Opcode.UPDATE
+                   else lookups - 1 in script.lookup_errors)
+        error = ErrorCode.BUS_ERROR if failing else ErrorCode.NONE
         ctx.set(ckpt.engine_done.payload, status_layout().const(
             {"opcode": opcode, "batch": cmd.batch, "error": error}))
         ctx.set(ckpt.engine_done.valid, 1)

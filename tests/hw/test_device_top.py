@@ -3,6 +3,7 @@ its place in the top registry. Its behaviour is tested in Verilator (tb/device).
 
 import pytest
 
+from hw.csr import Access
 from hw.device import TrainingCxlDevice, checkpoint_engine_available, device_params
 from hw.tops import TOPS, designs_for
 from sw_model.presets import PRESETS, get_preset
@@ -63,6 +64,9 @@ def test_checkpointing_ports_and_registers():
             "CKPT_SNAPSHOT1_BASE_0", "CKPT_STATUS", "LAST_COMMITTED", "SNAPSHOT_BATCH",
             "RECOVERY_CYCLES", "GPF_DRAIN_CYCLES", "CKPT_LOG_ENTRIES"} <= names
     assert device.register_map["CKPT_CONTROL"].fields[0].init == 1   # logging on by default
+    sync_log = device.register_map["CKPT_CONTROL"].fields[1]
+    assert (sync_log.name, sync_log.width, sync_log.access, sync_log.init) == \
+        ("sync_log", 1, Access.RW, 0)                                   # log-on-lookup default
     assert device.register_map.addr_width <= 12
 
 
