@@ -27,7 +27,7 @@ BATCHES = 12
 class Bench:
     """Fresh memory image, configured device, initial state loaded."""
 
-    def __init__(self, dut, preset):
+    def __init__(self, dut, preset, *, sync_log=False):
         self.params = design_from_env().params
         self.preset = preset
         self.device = Device(dut, addr_width=self.params["addr_width"],
@@ -37,7 +37,7 @@ class Bench:
         self.layout = MemoryMap.for_preset(preset, mlp_floats)
         memory_bytes = self.params["memory_lines"] * LINE_BYTES
         assert self.layout.end <= memory_bytes, (self.layout.end, memory_bytes)
-        self.device.configure(preset, self.layout, memory_bytes)
+        self.device.configure(preset, self.layout, memory_bytes, sync_log=sync_log)
         self.device.set_profile("pmem")
         self.trainer = Trainer(self.device, preset, self.layout,
                                max_unique_rows=self.params["max_unique_rows"],
@@ -45,11 +45,15 @@ class Bench:
         self.oracle = CheckpointOracle(preset, max_unique_rows=self.params["max_unique_rows"])
 
     @classmethod
-    async def create(cls, dut, preset=None):
+    async def create(cls, dut, preset=None, *, sync_log=False, started=False):
+        """``sync_log``: the undo log is taken at UPDATE time (``nmp_sync_log``);
+        ``started``: the clock runs already (a second bench in one test: fresh tables and
+        metadata, no reset)."""
         preset = preset or get_preset("tiny").replace(num_batches=BATCHES)
-        bench = cls(dut, preset)
-        start_clock(dut)
-        await reset(dut)
+        bench = cls(dut, preset, sync_log=sync_log)
+        if not started:
+            start_clock(dut)
+            await reset(dut)
         # Every test starts from blank metadata: the previous test's memory is still there.
         await bench.device.write(bench.layout.meta, bytes(8 * LINE_BYTES))
         await bench.trainer.load_initial()
@@ -188,3 +192,71 @@ async def gpf_drains_and_recovery_follows(dut):
     status = await device.command(Opcode.RECOVER, 0)
     assert status["error"] == ErrorCode.NONE
     assert device.value("last_committed") == 2 and device.value("rolled_back") == 0
+
+
+# --- sync_log (nmp_sync_log): the undo log taken at UPDATE time ---------------------------------
+
+SYNC_BATCHES = 4
+
+
+async def _train_counting(bench):
+    """Train every batch; per batch the checkpoint counters' increments."""
+    trainer, device = bench.trainer, bench.device
+    per_batch = []
+    while trainer.next_batch < bench.preset.num_batches:
+        before = device.counters()
+        assert await trainer.run_batch() is None
+        after = device.counters()
+        per_batch.append({name: (after[name] - before[name]) % 2**32
+                          for name in ("log_entries", "log_duplicates")})
+    golden = bench.oracle.golden_run(record_pooled=False).state.tables
+    assert first_table_difference(golden, await trainer.table_state()) is None
+    return per_batch
+
+
+@cocotb.test()
+async def train_sync_log_matches_log_on_lookup(dut):
+    """The same batches logged on lookup, then synchronously (LOOKUP logs nothing, UPDATE
+    replays it with the tap on): pooled outputs and final tables bit-exact with the golden
+    model in both, the same log entries and duplicates per batch, and the synchronous UPDATE
+    is the longer one (the log is on its critical path)."""
+    preset = get_preset("tiny").replace(num_batches=SYNC_BATCHES)
+    on_lookup = await Bench.create(dut, preset)
+    counts_on_lookup = await _train_counting(on_lookup)
+    sync = await Bench.create(dut, preset, sync_log=True, started=True)
+    counts_sync = await _train_counting(sync)
+    dut._log.info("log entries per batch: on lookup %s, sync %s", counts_on_lookup,
+                  counts_sync)
+    assert all(c["log_entries"] > 0 for c in counts_sync)
+    assert counts_sync == counts_on_lookup
+    cycles = {name: [(c["lookup"], c["update"]) for c in bench.trainer.batch_cycles]
+              for name, bench in (("on_lookup", on_lookup), ("sync", sync))}
+    dut._log.info("(lookup, update) cycles per batch: %s", cycles)
+    assert (sum(u for _, u in cycles["sync"]) > sum(u for _, u in cycles["on_lookup"]))
+
+
+@cocotb.test()
+async def crash_in_sync_log_replay(dut):
+    """sync_log: power fails while UPDATE(3) replays LOOKUP(3) (no flag yet): recovery
+    reports c = 2, restores nothing, and training resumes bit-exact."""
+    draw = random.Random(cocotb.RANDOM_SEED + 5)
+    bench = await Bench.create(dut, get_preset("tiny").replace(num_batches=6), sync_log=True)
+    result = await bench.run_with_failure(FailurePlan(
+        batch=3, step="update", delay=draw.randrange(0, 150), seed=draw.randrange(1, 2**31),
+        on_phase=CheckpointPhase.REPLAY))
+    assert result.device_phase == CheckpointPhase.REPLAY.name
+    assert result.failure.phase == Phase.UPDATE
+    assert result.reported_committed == 2 and result.restored_entries == 0
+
+
+@cocotb.test()
+async def crash_in_sync_log_update(dut):
+    """sync_log: power fails after UPDATE(3)'s flag, while rows are written in place: rolled
+    back from the synchronously taken log, and training resumes bit-exact."""
+    draw = random.Random(cocotb.RANDOM_SEED + 6)
+    bench = await Bench.create(dut, get_preset("tiny").replace(num_batches=6), sync_log=True)
+    result = await bench.run_with_failure(FailurePlan(
+        batch=3, step="update", delay=draw.randrange(120, 400), seed=draw.randrange(1, 2**31),
+        on_phase=CheckpointPhase.UPDATE))
+    assert result.failure.phase == Phase.UPDATE
+    assert result.reported_committed == 2 and result.restored_entries > 0
