@@ -1,7 +1,7 @@
 """Paper-style comparison (issue #8), measured from the RTL in Verilator on the PMEM profile.
 
     python -m bench paper [--presets rm1_sim rm2_sim] [--batches 2] [--gpu-cycles 5000]
-                          [--host-floats-per-cycle 16] [--skip-lookup]
+                          [--host-floats-per-cycle 16] [--skip-lookup] [--skip-demo]
     nox -s bench                      (no arguments: this benchmark)
 
 Cycles per batch for each training mode on RM1- and RM2-shaped presets, all on one simulated
@@ -32,7 +32,8 @@ recovery_speedup = full checkpoint reload cycles (every table line read and writ
 through the host link, measured) / RECOVER cycles after a power failure in an UPDATE (ECRM
 10.3x). Also link bytes per batch per mode and the simulation speed, and, unless
 ``--skip-lookup``, the lookup bandwidth efficiency per D and read latency (``python -m bench
-lookup``).
+lookup``), and, unless ``--skip-demo``, the simulation speed of the demo configuration (a
+4-batch ``python -m tb.demo`` run: the ``tiny`` device with its power failure and recovery).
 
 Writes ``build/bench/results.json``, ``results.md`` and PNG plots.
 """
@@ -117,10 +118,11 @@ def _pmem_traffic(run: dict, profile: dict, cycles_per_batch: float) -> dict:
             "pmem_write_port_busy": write_bound / cycles_per_batch}
 
 
-def summarise(raws: dict, params: dict, lookup: dict | None = None) -> dict:
+def summarise(raws: dict, params: dict, lookup: dict | None = None,
+              demo: dict | None = None) -> dict:
     """results.json's content from the raw per-preset results of :mod:`bench.cocotb_paper`
-    (``raws``: preset name -> raw), the run's parameters and ``python -m bench lookup``'s
-    report (or None)."""
+    (``raws``: preset name -> raw), the run's parameters, ``python -m bench lookup``'s
+    report and the demo's report (``build/demo/report.json``), each possibly None."""
     presets = {}
     for name, raw in raws.items():
         modes = {}
@@ -205,6 +207,14 @@ def summarise(raws: dict, params: dict, lookup: dict | None = None) -> dict:
         "modes": {m: MODE_DESCRIPTIONS[m] for m in MODES},
         "presets": presets,
         "lookup_efficiency": lookup,
+        "sim_speed": None if demo is None else {
+            "configuration": f"python -m tb.demo: preset {demo['preset']}, {demo['batches']} "
+                             f"batches, seed {demo['seed']}, {demo['memory']} memory model, "
+                             f"checkpointing {'on' if demo['checkpointing'] else 'off'}",
+            "simulated_cycles": demo["simulated_cycles"],
+            "seconds": round(demo["wall_seconds"], 1),
+            "cycles_per_second": round(demo["cycles_per_second"]),
+            **({"source": demo["source"]} if demo.get("source") else {})},
     }
 
 
@@ -267,6 +277,14 @@ def write_markdown(results: dict) -> str:
             lines.append(f"| {row['dim']} | {row['read_latency']} | "
                          f"{row['efficiency']:.3f} | {row['cycles']} |")
         lines.append("")
+    speed = results.get("sim_speed")
+    if speed:
+        lines += ["## Simulation speed (demo configuration)", "",
+                  f"{speed['cycles_per_second']} simulated cycles per second "
+                  f"({speed['simulated_cycles']} cycles in {speed['seconds']} s; "
+                  f"{speed['configuration']}; training, power failure, recovery and the "
+                  "testbench's bit-exact checks)"
+                  + (f" ({speed['source']})" if speed.get("source") else "") + ".", ""]
     lines += ["PMEM write bound: the batch's PMEM writes at the profile's write rate "
               f"({p['profile']['write_lines_per_cycle']:g} lines/cycle), the fewest cycles any "
               "design needs for them; write port busy = bound / measured cycles. Every mode "
@@ -384,6 +402,9 @@ def print_summary(results: dict):
         if r.get("recovery_speedup") is not None:
             print(f"  recovery speedup vs full reload: {r['recovery_speedup']:.1f}x")
         print(f"  simulation: {entry['simulation']['cycles_per_second']} cycles/s")
+    if results.get("sim_speed"):
+        print(f"demo configuration: {results['sim_speed']['cycles_per_second']} "
+              f"simulated cycles/s")
 
 
 def main(argv=None) -> int:
@@ -399,6 +420,9 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-lookup", action="store_true",
                         help="do not run `python -m bench lookup` (an earlier lookup.json in "
                              "the output directory is included, labelled as such)")
+    parser.add_argument("--skip-demo", action="store_true",
+                        help="do not run the 4-batch demo for the simulation speed (an "
+                             "earlier build/demo/report.json is included, labelled as such)")
     parser.add_argument("--output-dir", default=str(BUILD_ROOT / "bench"))
     parser.add_argument("--from-raw", metavar="JSON",
                         help="write the report from a previous run's paper_raw.json")
@@ -465,7 +489,21 @@ def main(argv=None) -> int:
         lookup_report = json.loads(lookup_path.read_text())
         lookup_report["source"] = (f"earlier run of python -m bench lookup ({lookup_path}, "
                                    f"written {time.ctime(lookup_path.stat().st_mtime)})")
-    results = summarise(raws, params, lookup=lookup_report)
+    from tb import demo
+
+    demo_report = None
+    if not args.skip_demo:
+        if demo.main(["--batches", "4", "--seed", str(args.seed)]) != 0:
+            print("the demo run failed: see its output above", file=sys.stderr)
+            return 1
+        demo_report = json.loads(demo.REPORT_PATH.read_text())
+    elif demo.REPORT_PATH.exists():
+        demo_report = json.loads(demo.REPORT_PATH.read_text())
+        demo_report["source"] = (f"earlier demo run, {demo.REPORT_PATH}, written "
+                                 f"{time.ctime(demo.REPORT_PATH.stat().st_mtime)}")
+    if demo_report is not None and "cycles_per_second" not in demo_report:
+        demo_report = None  # written before the demo measured its speed
+    results = summarise(raws, params, lookup=lookup_report, demo=demo_report)
     for path in write_report(results, out_dir):
         print(f"written {path}")
     print_summary(results)

@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from sim.rtl import BUILD_ROOT
 from sw_model import get_preset
 from sw_model.checkpoint import (
     CheckpointOracle,
@@ -44,6 +45,8 @@ from sw_model.train import TrainState, train
 
 #: The Verilator build every RTL run uses (the device tests share it).
 RTL_PRESET = "tiny"
+#: The last RTL run's report (per-batch cycles, counters, recovery, simulation speed).
+REPORT_PATH = BUILD_ROOT / "demo" / "report.json"
 DEFAULT_GPU_CYCLES = 2000
 
 
@@ -170,6 +173,9 @@ def rtl_run(preset, batches: int, seed: int, gpu_cycles: int, *, baseline: int,
         report = json.loads(report_path.read_text())
     finished = time.perf_counter()
     simulated = report["wall_seconds"]
+    report["cycles_per_second"] = report["simulated_cycles"] / max(simulated, 1e-9)
+    REPORT_PATH.parent.mkdir(parents=True, exist_ok=True)
+    REPORT_PATH.write_text(json.dumps({**report, "seed": seed, "batches": batches}, indent=1))
     rows = report["batches"]
     totals = [b["total"] for b in rows]
     losses = [b["loss"] for b in rows]
@@ -199,8 +205,10 @@ def rtl_run(preset, batches: int, seed: int, gpu_cycles: int, *, baseline: int,
     else:
         verdict += " (power failure NOT tested: checkpoint engine not integrated)"
     print(f"time: {finished - started:.1f} s in all: {simulated:.1f} s in the simulation "
-          f"(training and checks), {finished - started - simulated:.1f} s emitting Verilog, "
-          f"building with Verilator (when needed) and starting the simulator")
+          f"(training and checks: {report['simulated_cycles']} cycles, "
+          f"{report['cycles_per_second']:.0f} cycles/s), {finished - started - simulated:.1f} "
+          f"s emitting Verilog, building with Verilator (when needed) and starting the "
+          f"simulator; report in {REPORT_PATH}")
     # A batch whose completion the power failure swallowed but which was committed is not
     # run again, so it has no row of its own.
     print(f"PASS: {batches} batches; {verdict}")

@@ -32,9 +32,11 @@ import time
 from pathlib import Path
 
 import cocotb
+from cocotb.simtime import get_sim_time
 
 from hw.emb.layouts import Opcode
 from sw_model.checkpoint import CheckpointOracle, is_snapshot_batch
+from tb.common import CLOCK_PERIOD_NS
 from tb.device.harness import DeviceBench
 from tb.device.power import ArmedFailure, PowerFailed
 from tb.device.training import CheckedTraining, recover_and_check
@@ -154,6 +156,7 @@ async def train_on_the_device(dut):
     profile = os.environ.get("DEMO_PROFILE", "pmem")
     report_path = os.environ.get("DEMO_REPORT")
     started = time.perf_counter()
+    started_ns = get_sim_time("ns")
 
     bench = DeviceBench(dut, stream=40, profile=profile)
     await bench.start()
@@ -173,6 +176,7 @@ async def train_on_the_device(dut):
         report["failures"] = checked.failures
     report["counters"] = await bench.driver.counters()
     report["wall_seconds"] = time.perf_counter() - started
+    report["simulated_cycles"] = int((get_sim_time("ns") - started_ns) // CLOCK_PERIOD_NS)
     report["errors"] = await bench.driver.errors()
     if report_path:
         Path(report_path).write_text(json.dumps(report, indent=1))

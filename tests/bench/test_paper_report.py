@@ -98,3 +98,13 @@ def test_pmem_write_bound(tmp_path):
     assert "pmem_write_bound_cycles" not in results["presets"]["rm1_sim"]["modes"][
         "host_gather"]
     assert "| 120 / 40 | 400 | 40% |" in (tmp_path / "results.md").read_text()
+
+
+def test_sim_speed_of_the_demo(tmp_path):
+    demo = {"preset": "tiny", "batches": 4, "seed": 1, "memory": "pmem", "checkpointing": True,
+            "simulated_cycles": 120_000, "wall_seconds": 12.0, "cycles_per_second": 10_000.0}
+    results = summarise({"rm1_sim": _raw()}, _params(), demo=demo)
+    write_report(results, tmp_path)
+    assert results["sim_speed"]["cycles_per_second"] == 10_000
+    assert "10000 simulated cycles per second" in (tmp_path / "results.md").read_text()
+    assert summarise({"rm1_sim": _raw()}, _params())["sim_speed"] is None
