@@ -177,3 +177,44 @@ async def logging_after_pass_through(dut):
         await checked.batch(number, last=number == 1)
     await checked.check_final()
     assert not checked.failures, checked.failures
+
+
+@cocotb.test()
+async def sync_log_training_stays_bit_exact(dut):
+    """CKPT_CONTROL.sync_log: LOOKUP logs nothing, UPDATE replays it and takes the undo log
+    before updating: two batches bit-exact and committed, the log written by the UPDATEs."""
+    bench = DeviceBench(dut, stream=50)
+    await bench.start()
+    capacity = bench.device.register_config.max_unique_rows
+    trainer = bench.trainer(gpu_cycles=100)
+    checked = CheckedTraining(bench, trainer, capacity=capacity)
+    await trainer.configure(logging=True, sync_log=True)
+    assert (await bench.driver.read("CKPT_CONTROL")) == {"logging_enable": 1, "sync_log": 1}
+    await trainer.erase_checkpoint_state()
+    await trainer.load(checked.golden.tables, checked.golden.mlp)
+    formatted = await trainer.attach()
+    assert (formatted.last_committed, formatted.snapshot_batch) == (-1, -1), formatted
+    driver = bench.driver
+    run = driver.run
+    entries = []   # (opcode, entries in the open batch's log) after each LOOKUP and UPDATE
+
+    async def run_and_look(opcode, **fields):
+        completion = await run(opcode, **fields)
+        if opcode in (Opcode.LOOKUP, Opcode.UPDATE):
+            entries.append((opcode, (await driver.checkpoint_status())["log_batch_entries"]))
+        return completion
+
+    driver.run = run_and_look
+    try:
+        for number in range(2):
+            await checked.batch(number, last=number == 1)
+    finally:
+        driver.run = run
+    assert not checked.failures, checked.failures
+    status = await driver.checkpoint_status()
+    assert status["last_committed"] == 1 and status["phase"] == CheckpointPhase.IDLE.value
+    assert [opcode for opcode, _ in entries] == [Opcode.LOOKUP, Opcode.UPDATE] * 2, entries
+    assert all(n == 0 for opcode, n in entries if opcode == Opcode.LOOKUP), entries
+    assert all(n > 0 for opcode, n in entries if opcode == Opcode.UPDATE), entries
+    counters = await driver.counters()
+    assert counters["ckpt_log_entries"] == sum(n for _, n in entries), (counters, entries)

@@ -192,9 +192,10 @@ class HostTrainer:
         return self.hpa_base + dpa
 
     # --- setup ----------------------------------------------------------------------------
-    async def configure(self, *, logging: bool = True) -> None:
+    async def configure(self, *, logging: bool = True, sync_log: bool = False) -> None:
         """Table descriptors, engine regions, learning rate. With checkpointing: its regions
-        (the device closes metadata and log to the host), interval K and ``logging``;
+        (the device closes metadata and log to the host), interval K, ``logging`` and
+        ``sync_log`` (the undo log taken at UPDATE time, ``CKPT_CONTROL.sync_log``);
         without: the whole reserved region closed to the host."""
         p, plan = self.preset, self.plan
         mode = _MODES[p.pooling]
@@ -206,7 +207,7 @@ class HostTrainer:
         if self.checkpointing:
             await self.driver.configure_checkpoint(
                 meta=plan.meta_region, log=plan.log_region, snapshots=plan.snapshot_regions,
-                interval=p.snapshot_interval, logging=logging)
+                interval=p.snapshot_interval, logging=logging, sync_log=sync_log)
             await self.driver.protect([])
         else:
             await self.driver.protect([plan.reserved_region])
