@@ -11,10 +11,12 @@ Not synthesizable in any useful sense (a large memory with two write ports); it 
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
-from amaranth.lib import data, fifo, memory, wiring
+from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.mem.axi import AXI4Signature
+
+from .line_ram import LineRam
 
 __all__ = ["AxiMemory"]
 
@@ -69,12 +71,11 @@ class AxiMemory(wiring.Component):
         m = Module()
         axi = self.axi
         line_bits = (self._depth - 1).bit_length()
-        m.submodules.lines = lines = memory.Memory(shape=unsigned(512), depth=self._depth,
-                                                   init=[])
-        read = lines.read_port()
-        write = lines.write_port(granularity=8)  # byte enables from wstrb
-        backdoor_write = lines.write_port()
-        backdoor_read = lines.read_port()
+        m.submodules.lines = lines = LineRam(depth=self._depth, transparent=(False, False))
+        write = lines.port("w0")  # byte enables from wstrb
+        backdoor_write = lines.port("w2")
+        m.d.comb += lines.w1_en.eq(0)
+        read, backdoor_read = lines.port("r0"), lines.port("r1")
         m.d.comb += [
             backdoor_write.addr.eq(self.backdoor_addr),
             backdoor_write.data.eq(self.backdoor_wdata),

@@ -40,6 +40,8 @@ from amaranth.utils import ceil_log2
 
 from hw.mem.axi import AXI4Signature
 
+from .line_ram import LineRam
+
 __all__ = ["DRAM", "PMEM", "PROFILES", "MemoryProfile", "PmemModel", "power_fail_verdicts"]
 
 _LINE_BITS = 512
@@ -211,14 +213,11 @@ class PmemModel(wiring.Component):
         line_bits = max(1, ceil_log2(self._depth))
         pending_bits = ceil_log2(self._pending)
 
-        m.submodules.lines = lines = memory.Memory(shape=unsigned(_LINE_BITS), depth=self._depth,
-                                                   init=[])
-        axi_write = lines.write_port(granularity=8)
-        undo_write = lines.write_port()
-        backdoor_write = lines.write_port()
-        read = lines.read_port(transparent_for=(axi_write,))
-        old = lines.read_port(transparent_for=(axi_write,))
-        backdoor_read = lines.read_port()
+        # Reads and the old-contents read see AXI writes of the same cycle; the backdoor not.
+        m.submodules.lines = lines = LineRam(depth=self._depth,
+                                             transparent=(True, True, False))
+        axi_write, undo_write, backdoor_write = (lines.port(p) for p in ("w0", "w1", "w2"))
+        read, old, backdoor_read = (lines.port(p) for p in ("r0", "r1", "r2"))
         m.d.comb += [
             backdoor_write.addr.eq(self.backdoor_addr),
             backdoor_write.data.eq(self.backdoor_wdata),

@@ -20,10 +20,15 @@ from amaranth.hdl import Const, Shape, ValueCastable
 from amaranth.hdl._ir import PortDirection
 from amaranth.lib import data, wiring
 
+from .line_ram import VERILOG_SOURCE as LINE_RAM_VERILOG
+from .line_ram import external_storage
+
 __all__ = ["BUILD_ROOT", "PROJECT_ROOT", "Design", "emit", "port_table"]
 
 #: Every generated file lives under this one ignored directory.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+#: Verilog every emitted design may instantiate (:mod:`sim.line_ram`); Verilator gets it first.
+LIBRARY_VERILOG = LINE_RAM_VERILOG
 BUILD_ROOT = Path(os.environ.get("TRAININGCXL_BUILD", PROJECT_ROOT / "build"))
 
 SIDECAR_ENV = "TRAININGCXL_SIDECAR"
@@ -121,13 +126,15 @@ SOURCE_TREES = ("hw", "sim", "sw_model", "tb", "boards")
 
 @functools.cache
 def source_digest() -> str:
-    """Hash of every Python file a design can be built from, and of the Amaranth version
-    (computed once per process: sources do not change under a running simulation)."""
+    """Hash of every Python file a design can be built from (and the simulation models'
+    Verilog), and of the Amaranth version (computed once per process: sources do not change
+    under a running simulation)."""
     digest = hashlib.sha256(importlib.metadata.version("amaranth").encode())
     for tree in SOURCE_TREES:
         for path in sorted((PROJECT_ROOT / tree).rglob("*.py")):
             digest.update(str(path.relative_to(PROJECT_ROOT)).encode())
             digest.update(path.read_bytes())
+    digest.update(LIBRARY_VERILOG.read_bytes())
     return digest.hexdigest()
 
 
@@ -152,14 +159,17 @@ def emit(design: Design, out_dir: Path | None = None) -> tuple[Path, Path]:
     ports = {name: (value, PortDirection.Input if member.flow == wiring.In
                     else PortDirection.Output)
              for name, member, value in _ports(component)}
-    text = verilog.convert(component, name=design.name, ports=ports, emit_src=False,
-                           strip_internal_attrs=True)
+    # Model memories become instances of sim/verilog/line_ram.v (no init constant to emit).
+    with external_storage():
+        text = verilog.convert(component, name=design.name, ports=ports, emit_src=False,
+                               strip_internal_attrs=True)
     if not v_path.exists() or v_path.read_text() != text:
         v_path.write_text(text)
     sidecar = {
         "design": design.to_json(),
         "key": design.key,
         "verilog": v_path.name,
+        "verilog_library": [str(LIBRARY_VERILOG.relative_to(PROJECT_ROOT))],
         "verilog_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "clock": "clk",
         "reset": {"name": "rst", "active": "high", "kind": "synchronous"},

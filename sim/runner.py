@@ -106,6 +106,7 @@ def build(design: rtl.Design, *, waves: bool = False,
     inputs = {
         "verilog": hashlib.sha256(verilog_path.read_bytes()).hexdigest(),
         "waivers": hashlib.sha256(WAIVER_FILE.read_bytes()).hexdigest(),
+        "library": hashlib.sha256(rtl.LIBRARY_VERILOG.read_bytes()).hexdigest(),
         "args": build_args,
         "trace": trace,
         "cxxflags": tools.verilator_env().get("CXXFLAGS", ""),
@@ -121,7 +122,7 @@ def build(design: rtl.Design, *, waves: bool = False,
             and stamp_file.read_text() == stamp):
         runner = _runner()
         runner.build(
-            sources=[WAIVER_FILE, *extra, verilog_path],
+            sources=[WAIVER_FILE, rtl.LIBRARY_VERILOG, *extra, verilog_path],
             hdl_toplevel=design.name,
             build_dir=obj_dir,
             build_args=build_args,
