@@ -190,7 +190,9 @@ async def measure_preset(dut, device, link, params, spec):
     wall = time.monotonic()
     first_ns = get_sim_time("ns")
     for mode in spec["modes"]:
-        device.configure(preset, layout, memory_bytes, logging=mode == "nmp_log_on_lookup")
+        checkpointing = mode in ("nmp_sync_log", "nmp_log_on_lookup")
+        device.configure(preset, layout, memory_bytes, logging=checkpointing,
+                         sync_log=mode == "nmp_sync_log")
         device.set_profile(spec["profile"])
         if mode == "host_gather":
             started_wall, started = time.monotonic(), device.now()
@@ -201,7 +203,6 @@ async def measure_preset(dut, device, link, params, spec):
                 "seconds": time.monotonic() - started_wall,
                 **_beats_since(dut, beats, len(batches))}
             continue
-        checkpointing = mode == "nmp_log_on_lookup"
         await device.write(layout.meta, bytes(8 * LINE_BYTES))
         trainer = Trainer(device, preset, layout, max_unique_rows=params["max_unique_rows"],
                           checkpointing=checkpointing, host_gap=spec["gpu_cycles"])

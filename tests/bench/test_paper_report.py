@@ -31,6 +31,8 @@ def _raw():
             "nmp_log_on_lookup": {"batches": _nmp_batches(1010, 310),
                                   "counters": {"log_entries": 40},
                                   "snapshot_lines_per_k": 10},
+            "nmp_sync_log": {"batches": _nmp_batches(1200, 300),
+                             "counters": {"log_entries": 40}, "snapshot_lines_per_k": 10},
             "host_gather": {"batches": host},
         },
         "recovery": {"batch": 1, "recovery_cycles": 200, "restored_entries": 8,
@@ -66,7 +68,8 @@ def test_report_files_and_ratios(tmp_path):
     assert entry["modes"]["nmp"]["speedup_vs_host_gather"] == pytest.approx(2.594)
     assert entry["ratios"]["recovery_speedup"] == pytest.approx(500)
     assert entry["ratios"]["ft_overhead_trainingcxl"] is None
-    assert "| nmp_sync_log | not implemented in RTL | -- |" in (tmp_path / "results.md").read_text()
+    assert entry["ratios"]["ft_overhead_nmp_sync_log"] == pytest.approx(0.2)
+    assert "| trainingcxl | not implemented in RTL | -- |" in (tmp_path / "results.md").read_text()
 
 
 def test_not_implemented_modes_carry_no_number(tmp_path):
