@@ -1,13 +1,16 @@
 """cocotb side of the crash campaign (``python -m tb.ckpt.crash``): many power failures in one
 simulator process.
 
-Training runs go through the preset's batches; before each trial a few batches train
-normally, then power fails at a seeded point (a step of a batch, a delay into it or into a
-device phase, tearing odds, sometimes a second failure during RECOVER), the device recovers,
-and the recovered memory is checked bit for bit against the golden state of the path the run
-has taken (``tb.ckpt.host.PathGolden``, the oracle's rules applied per failure). Training then
-resumes from the recovered state. At the end of a run the final tables are checked, and the
-next run starts from a fresh image. A trial that fails is recorded, and a fresh run starts.
+Training runs go through the preset's batches, each run with the undo log taken during LOOKUP
+or, with ``sync_log``, at UPDATE (``$CRASH_SPEC``'s ``log_mode``: ``lookup``, ``sync`` or
+``mixed``: runs alternate, the first one's mode drawn from the seed); before each trial a few
+batches train normally, then power fails at a seeded point (a step of a batch, a delay into it
+or into a device phase, tearing odds, sometimes a second failure during RECOVER), the device
+recovers, and the recovered memory is checked bit for bit against the golden state of the path
+the run has taken (``tb.ckpt.host.PathGolden``, the oracle's rules applied per failure).
+Training then resumes from the recovered state. At the end of a run the final tables are
+checked, and the next run starts from a fresh image. A trial that fails is recorded, and a
+fresh run starts.
 
 The specification comes from ``$CRASH_SPEC`` (JSON) and the results go to ``$CRASH_RESULT``.
 """
@@ -32,7 +35,22 @@ from tb.common import CLOCK_PERIOD_NS, reset, start_clock
 from .host import Device, MemoryMap, Trainer, random_plan
 
 
-async def _fresh_run(device, preset, layout, params, log):
+def _log_mode_draw(spec):
+    """Each run's log mode (True: sync_log); drawn apart from the trials' failure points so
+    that those do not depend on the mode setting."""
+    mode = spec.get("log_mode", "mixed")
+    if mode not in ("lookup", "sync", "mixed"):
+        raise ValueError(f"log_mode must be lookup, sync or mixed, not {mode!r}")
+    sync = mode == "sync" or (mode == "mixed"
+                              and random.Random(f"{spec['seed']}-log-mode").random() < 0.5)
+    while True:
+        yield sync
+        if mode == "mixed":
+            sync = not sync
+
+
+async def _fresh_run(device, preset, layout, params, log, sync_log):
+    device.configure(preset, layout, params["memory_lines"] * LINE_BYTES, sync_log=sync_log)
     await device.write(layout.meta, bytes(8 * LINE_BYTES))
     trainer = Trainer(device, preset, layout, max_unique_rows=params["max_unique_rows"],
                       log=log)
@@ -56,7 +74,9 @@ async def campaign(dut):
     # (The PMEM model's cycle counter restarts at every power cycle: count simulated time.)
     started, first_ns = time.monotonic(), get_sim_time("ns")
     log = dut._log.info
-    trainer = await _fresh_run(device, preset, layout, params, log)
+    modes = _log_mode_draw(spec)
+    sync_log = next(modes)
+    trainer = await _fresh_run(device, preset, layout, params, log, sync_log)
     oracle = CheckpointOracle(preset, max_unique_rows=params["max_unique_rows"])
     first_failure_of_run = True
     trials, runs, final_checks = [], 1, 0
@@ -81,17 +101,22 @@ async def campaign(dut):
                 final_checks += 1
                 runs += 1
                 first_failure_of_run = True
-                trainer = await _fresh_run(device, preset, layout, params, log)
+                sync_log = next(modes)
+                trainer = await _fresh_run(device, preset, layout, params, log, sync_log)
             batch = trainer.next_batch
             plan = random_plan(draw, batch, preset.snapshot_interval)
             if plan.step == "update" and draw.random() < 0.5:
                 # Aim at the device's phases directly (the commit is a short window).
                 plan.on_phase = draw.choice([CheckpointPhase.SEAL, CheckpointPhase.UPDATE,
                                              CheckpointPhase.COMMIT])
+                if sync_log and plan.on_phase == CheckpointPhase.SEAL:
+                    plan.on_phase = CheckpointPhase.REPLAY  # the sync mode's extra phase
                 plan.delay = draw.randrange(0, {CheckpointPhase.SEAL: 4,
+                                                CheckpointPhase.REPLAY: 400,
                                                 CheckpointPhase.UPDATE: 500,
                                                 CheckpointPhase.COMMIT: 4}[plan.on_phase])
-            entry.update(batch=batch, step=plan.step, delay=plan.delay, keep=plan.keep,
+            entry.update(log_mode="sync" if sync_log else "lookup", batch=batch,
+                         step=plan.step, delay=plan.delay, keep=plan.keep,
                          on_phase=plan.on_phase.name if plan.on_phase else None,
                          recovery_delay=plan.recovery_delay)
             injector = await trainer.run_batch(plan)
@@ -128,7 +153,8 @@ async def campaign(dut):
             await device.power_cycle(seed=1, keep=0)
             runs += 1
             first_failure_of_run = True
-            trainer = await _fresh_run(device, preset, layout, params, log)
+            sync_log = next(modes)
+            trainer = await _fresh_run(device, preset, layout, params, log, sync_log)
         trials.append(entry)
         if (index + 1) % 10 == 0:
             dut._log.info("%d trials, %d failed, %.1f s", index + 1,

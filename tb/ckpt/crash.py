@@ -6,7 +6,10 @@
 Every trial fails power at a seeded point of the tiny preset's training (LOOKUP with logging,
 UPDATE, the commit record, snapshot writes, and, in about a third of the trials, RECOVER
 itself) with torn writes from the PMEM model, recovers, checks the recovered tables and MLP
-snapshot bit for bit, and resumes training (see ``tb.ckpt.cocotb_crash``). All trials run in one
+snapshot bit for bit, and resumes training (see ``tb.ckpt.cocotb_crash``). ``--log-mode``
+chooses when the undo log is taken: during LOOKUP (``lookup``), at UPDATE (``sync``, the
+``CKPT_CONTROL.sync_log`` mode, with failures aimed at its REPLAY phase too), or both, training
+runs alternating (``mixed``, the default). All trials run in one
 simulator process on the one Verilator build the checkpoint tests share.
 
 Writes ``build/crash/results.json``: ``trials``, ``failures`` (trials with any error),
@@ -32,6 +35,7 @@ def summarize(raw: dict, *, seed: int, preset: str, batches: int, profile: str,
               wall: float) -> dict:
     trials = raw["trials"]
     phases = collections.Counter()
+    log_modes = collections.Counter(t["log_mode"] for t in trials if "log_mode" in t)
     for trial in trials:
         if "phase" in trial:
             phases[trial["phase"]] += 1
@@ -47,6 +51,7 @@ def summarize(raw: dict, *, seed: int, preset: str, batches: int, profile: str,
         "failures": len(failures),
         "lost_committed_batches": sum(t.get("lost_committed", 0) for t in trials),
         "phases_covered": dict(sorted(phases.items())),
+        "log_modes": dict(sorted(log_modes.items())),
         "seed": seed, "preset": preset, "batches_per_run": batches, "profile": profile,
         "runs": raw["runs"], "final_tables_checked": raw["final_checks"],
         "recovery_cycles": {"min": min(recovery, default=0), "max": max(recovery, default=0),
@@ -69,6 +74,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", type=int, default=64,
                         help="batches per training run (the tiny preset has 64)")
     parser.add_argument("--profile", default="pmem", choices=("pmem", "dram"))
+    parser.add_argument("--log-mode", default="mixed", choices=("lookup", "sync", "mixed"),
+                        help="undo log during LOOKUP, at UPDATE (sync_log), or training runs "
+                             "alternating between the two (default)")
     parser.add_argument("--output", default=str(BUILD_ROOT / "crash" / "results.json"))
     args = parser.parse_args(argv)
     if args.trials < 1:
@@ -78,7 +86,7 @@ def main(argv=None) -> int:
     spec_path, raw_path = out_dir / "spec.json", out_dir / "raw.json"
     spec_path.write_text(json.dumps({"trials": args.trials, "seed": args.seed,
                                      "preset": args.preset, "batches": args.batches,
-                                     "profile": args.profile}))
+                                     "profile": args.profile, "log_mode": args.log_mode}))
     raw_path.unlink(missing_ok=True)
     started = time.monotonic()
     run(SYSTEM, "tb.ckpt.cocotb_crash", seed=args.seed, run_name="crash",
@@ -94,6 +102,7 @@ def main(argv=None) -> int:
           f"({report['cycles_per_second']} cycles/s), {report['wall_seconds']} s in all")
     print("phases covered: " + ", ".join(f"{k} {v}" for k, v in
                                          report["phases_covered"].items()))
+    print("log modes: " + ", ".join(f"{k} {v} trials" for k, v in report["log_modes"].items()))
     for trial in report["failed_trials"][:5]:
         print(f"  trial {trial['trial']}: {trial['errors']}")
     print(f"written to {args.output}")
