@@ -12,9 +12,11 @@ How a command runs
 1. **Check** the descriptors and buffers (:mod:`.update_checks`): no memory access yet.
 2. **Validate**: walk all offsets, then all indices (:mod:`.update_walker`). Any bad offset
    or index ends the command here, so a bad command modifies no row.
-3. **Accumulate** a chunk: walk again; each occurrence fetches its gradient lines, gets a slot
-   in the unique-row CAM (:mod:`.update_rows`) and its lines are multiplied by the scale and
-   added into the on-chip gradient buffer (:mod:`.update_datapath`).
+3. **Accumulate** a chunk: walk again; each occurrence asks for its gradient lines and waits
+   in a queue (as many occurrences as gradient reads may be in flight, so the requests run a
+   read latency ahead and the memory's bandwidth, not its latency, sets the pace), then gets a
+   slot in the unique-row CAM (:mod:`.update_rows`) and its lines are multiplied by the scale
+   and added into the on-chip gradient buffer (:mod:`.update_datapath`).
 4. When an occurrence finds the CAM full (or the walk ends): wait for the accumulations to
    settle, wait until every row write of the previous chunk has its B response (so a row
    updated then and needed again now is read back with its new value, whatever the memory's
@@ -30,8 +32,8 @@ in order; ``id_width`` only sizes the port). Gradient, index, offset and weight 
 not overlap the tables (they are read while rows are written).
 """
 
-from amaranth.hdl import Cat, Const, Module, ResetInserter, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Cat, Const, Module, ResetInserter, Shape, Signal
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.fp import FPAdd, FPMul
@@ -293,7 +295,19 @@ class UpdateEngine(wiring.Component):
         # Occurrences: walker -> gradient fetch -> unique rows -> accumulation.
         wiring.connect(m, walker.o, gradient_fetch.i)
         wiring.connect(m, gradient_fetch.request, router.gradient_request)
-        wiring.connect(m, gradient_fetch.o, unique.i)
+        # Occurrences whose gradient lines are on their way: without this queue only the two
+        # in the fetch and CAM registers would be, one read latency per two occurrences.
+        waiting = per_command("waiting", fifo.SyncFIFOBuffered(
+            width=Shape.cast(gradient_fetch.o.payload.shape()).width,
+            depth=self._outstanding_reads))
+        m.d.comb += [
+            waiting.w_data.eq(gradient_fetch.o.payload),
+            waiting.w_en.eq(gradient_fetch.o.valid),
+            gradient_fetch.o.ready.eq(waiting.w_rdy),
+            unique.i.payload.eq(waiting.r_data),
+            unique.i.valid.eq(waiting.r_rdy),
+            waiting.r_en.eq(unique.i.ready),
+        ]
         occurrence = unique.o.payload
         m.d.comb += [
             datapath.accumulate.valid.eq(unique.o.valid),
@@ -362,7 +376,9 @@ class UpdateEngine(wiring.Component):
             ]
 
         walk_failed = walker.status.done & (walker.status.error != ErrorCode.NONE)
-        walk_finished = (walker.status.done & ~walker.o.valid & gradient_fetch.idle)
+        # (The queue's level counts an entry still moving to its output, unlike r_rdy.)
+        walk_finished = (walker.status.done & ~walker.o.valid & gradient_fetch.idle &
+                         (waiting.level == 0))
         writes_settled = writes.idle & datapath.apply_idle & ~datapath.writes_queued
 
         with m.FSM():
