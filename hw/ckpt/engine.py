@@ -375,6 +375,11 @@ class CheckpointEngine(wiring.Component):
         def area_line(area):
             return (self.log_region.base[6:] + Mux(area, area_lines, 0))[:law]
 
+        def start_logging():
+            """The tap and the log writer begin batch ``batch`` in its area (LOOKUP, replay)."""
+            m.d.comb += [tap.start.eq(1), log.start.eq(1), log.batch.eq(batch),
+                         log.area.eq(area_line(batch[0])), log.capacity.eq(capacity)]
+
         config_ok = ((self.meta_region.size[6:] >= META_LINES) & (groups_per_area != 0))
 
         # --- persistent state mirrored on chip ------------------------------------------------
@@ -618,8 +623,7 @@ class CheckpointEngine(wiring.Component):
                 # Entries of an earlier attempt still in the buffer drain first.
                 m.d.comb += phase.eq(CheckpointPhase.LOOKUP)
                 with m.If(tap.empty):
-                    m.d.comb += [tap.start.eq(1), log.start.eq(1), log.batch.eq(batch),
-                                 log.area.eq(area_line(batch[0])), log.capacity.eq(capacity)]
+                    start_logging()
                     m.d.sync += [log_open.eq(0), log_cut.eq(0)]
                     m.next = "LookupExtents"
             with m.State("LookupExtents"):
@@ -651,8 +655,7 @@ class CheckpointEngine(wiring.Component):
                 # again).
                 m.d.comb += phase.eq(CheckpointPhase.REPLAY)
                 with m.If(tap.empty):
-                    m.d.comb += [tap.start.eq(1), log.start.eq(1), log.batch.eq(batch),
-                                 log.area.eq(area_line(batch[0])), log.capacity.eq(capacity)]
+                    start_logging()
                     m.d.sync += log_cut.eq(0)
                     m.next = "ReplayExtents"
             with m.State("ReplayExtents"):
