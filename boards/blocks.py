@@ -83,6 +83,25 @@ def _fp_lanes(op, lanes):
     return make
 
 
+def _engine(kind):
+    """One of the embedding engines in the configuration the ``emb`` board design holds
+    (:data:`boards.bist.emb_dut.ENGINE_DEFAULTS`: two-stage FP units, small tables)."""
+    def make():
+        from .bist.emb_dut import ENGINE_DEFAULTS, ENGINES
+        return ENGINES[kind](dict(ENGINE_DEFAULTS))
+    return make
+
+
+def _cxl_frontend():
+    from hw.cxl.frontend import CxlMemFrontEnd
+    return CxlMemFrontEnd()
+
+
+def _ckpt_engine():
+    from hw.ckpt.engine import CheckpointEngine
+    return CheckpointEngine()
+
+
 BLOCKS = {block.name: block for block in (
     Block("fp_add", "FP32 adder/subtractor (RNE, subnormals)", _fp_add),
     Block("fp_mul", "FP32 multiplier (RNE, subnormals; registered MULT18X18D)", _fp_mul()),
@@ -94,6 +113,15 @@ BLOCKS = {block.name: block for block in (
     Block("fp_lanes16_add", "16 lanes of FP32 add (one 512-bit line)", _fp_lanes("add", 16)),
     Block("fp_lanes16_mul", "16 lanes of FP32 multiply (one 512-bit line; registered MULT18X18D)",
           _fp_lanes("mul", 16)),
+    Block("emb_lookup", "LOOKUP engine (gather, pooling), the emb board configuration",
+          _engine("lookup")),
+    Block("emb_update", "UPDATE engine (sparse SGD), the emb board configuration",
+          _engine("update")),
+    Block("emb_engine", "embedding engine (LOOKUP + UPDATE + AXI arbiter), the emb board "
+          "configuration", _engine("embedding")),
+    Block("cxl_frontend", "CXL.mem front end with HDM decoders (defaults)", _cxl_frontend),
+    Block("ckpt_engine", "checkpoint engine: tap, log writer, sequencer, recovery (defaults)",
+          _ckpt_engine),
 )}
 
 

@@ -56,7 +56,9 @@ def test_own_block_prepares_with_facts():
 @pytest.mark.parametrize("name", sorted(BLOCKS))
 def test_every_registered_block_prepares(name):
     harness, platform, facts = prepare_block(get_block(name))
-    expected = Technique.SHIFT_CHAIN if "lanes" in name else Technique.PINS
+    # Wide ports (a 512-bit line, AXI, descriptors) do not fit the package's balls.
+    expected = (Technique.PINS if name in ("fp_add", "fp_mul", "fp_mul_generic")
+                else Technique.SHIFT_CHAIN)
     assert facts["technique"] == expected.value
     plan = prepare_plan(platform, harness)
     assert "top.il" in plan.files and "top.lpf" in plan.files
