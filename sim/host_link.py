@@ -30,6 +30,8 @@ from amaranth.lib.wiring import In, Out
 
 from hw.mem.axi import AXI4Signature
 
+from .line_ram import LineRam
+
 __all__ = ["HostLink"]
 
 _LINE_BITS = 512
@@ -66,12 +68,10 @@ class HostLink(wiring.Component):
         cw = len(self.count)
         m.submodules.desc = desc = memory.Memory(shape=unsigned(self._aw),
                                                  depth=self._desc_depth, init=[])
-        m.submodules.buffer = buffer = memory.Memory(shape=unsigned(_LINE_BITS),
-                                                     depth=self._buffer_lines, init=[])
+        m.submodules.buffer = buffer = LineRam(depth=self._buffer_lines, transparent=(False,))
         desc_w = desc.write_port()
         desc_r = desc.read_port()
-        buf_w = buffer.write_port()
-        buf_r = buffer.read_port()
+        buf_w, buf_r = buffer.port("w1"), buffer.port("r0")
         m.d.comb += [desc_w.addr.eq(self.desc_addr), desc_w.data.eq(self.desc_data),
                      desc_w.en.eq(self.desc_we)]
 

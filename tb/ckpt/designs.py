@@ -20,8 +20,8 @@ SYSTEM = Design("ckpt_system", "tb.ckpt.harness:CheckpointSystem", {
 })
 
 #: The paper-style benchmark's system (``python -m bench paper``): RM1/RM2-shaped presets (up to
-#: 32 tables, D up to 64, bags of 120), PMEM of 4 MiB (every memory of the model is initialised
-#: in the emitted Verilog, so its size is paid in build time), the index and offset windows
+#: 32 tables, D up to 64, bags of 120), PMEM of 32 MiB (:mod:`sim.line_ram`: its size costs no
+#: build time), the index and offset windows
 #: sized so a scaled batch is read once, 256 unique rows per UPDATE chunk (the update engine's
 #: key match is a reduce chain: 1024 exceeds Python's recursion limit in elaboration), 64
 #: gradient and 64 row reads in flight in UPDATE (the `pmem` read bandwidth x latency is
@@ -32,7 +32,7 @@ PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
     "outstanding_reads": 64, "index_buffer_depth": 8192, "offset_buffer_depth": 256,
     "output_buffer_depth": 32, "bag_slots": 8, "max_unique_rows": 256,
     "update_outstanding_reads": 64,
-    "memory_lines": 65536, "pending_beats": 64, "log_buffer_depth": 64,
+    "memory_lines": 1 << 19, "pending_beats": 64, "log_buffer_depth": 64,
     "dedup_entries": 1024,
-    "host_link": {"desc_depth": 4096, "buffer_lines": 8192},
+    "host_link": {"desc_depth": 4096, "buffer_lines": 16384},
 })
