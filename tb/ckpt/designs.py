@@ -26,13 +26,15 @@ SYSTEM = Design("ckpt_system", "tb.ckpt.harness:CheckpointSystem", {
 #: key match is a reduce chain: 1024 exceeds Python's recursion limit in elaboration), 64
 #: gradient and 64 row reads in flight in UPDATE (the `pmem` read bandwidth x latency is
 #: 0.6 x 60 = 36 lines; with 16 UPDATE was latency-bound), and the host-gather baseline's
-#: CXL.mem link (:class:`sim.host_link.HostLink`).
+#: CXL.mem link (:class:`sim.host_link.HostLink`). The duplicate filter has the tap's largest
+#: size, 4,096 lines: an rm2_sim batch touches 8,700 table lines, and with 1,024 a fifth of its
+#: log entries were lines already logged (each costs a PMEM write).
 PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
     "max_tables": 32, "max_dim": 64, "num_regions": 2, "addr_width": 32, "id_width": 7,
     "outstanding_reads": 64, "index_buffer_depth": 8192, "offset_buffer_depth": 256,
     "output_buffer_depth": 32, "bag_slots": 8, "max_unique_rows": 256,
     "update_outstanding_reads": 64,
     "memory_lines": 1 << 19, "pending_beats": 64, "log_buffer_depth": 64,
-    "dedup_entries": 1024,
+    "dedup_entries": 4096,
     "host_link": {"desc_depth": 4096, "buffer_lines": 16384},
 })
