@@ -440,7 +440,7 @@ def main(argv=None) -> int:
     from tb.ckpt.designs import PAPER_SYSTEM
 
     profile = PROFILES[args.profile]
-    out_dir = Path(args.output_dir)
+    out_dir = Path(args.output_dir).resolve()  # the simulator runs elsewhere
     out_dir.mkdir(parents=True, exist_ok=True)
     params = {
         "profile": {"name": profile.name, "timing": profile.inputs(),
