@@ -74,7 +74,6 @@ class AxiMemory(wiring.Component):
         m.submodules.lines = lines = LineRam(depth=self._depth, transparent=(False, False))
         write = lines.port("w0")  # byte enables from wstrb
         backdoor_write = lines.port("w2")
-        m.d.comb += lines.w1_en.eq(0)
         read, backdoor_read = lines.port("r0"), lines.port("r1")
         m.d.comb += [
             backdoor_write.addr.eq(self.backdoor_addr),
