@@ -5,6 +5,8 @@ RTL, on one PMEM model with one timing profile.
 * ``nmp``: near-memory lookup and update, checkpointing off (``logging_enable`` clear);
 * ``nmp_log_on_lookup``: the checkpoint engine on (log-on-lookup undo log, batch flag, gated
   in-place writes, commit record) and relaxed MLP snapshots every K batches;
+* ``nmp_sync_log`` and ``nmp_log_after_lookup``: the same with ``CKPT_CONTROL.log_mode``
+  AT_UPDATE and AFTER_LOOKUP (:data:`bench.paper.LOGGING_MODES`);
 * ``host_gather``: the device's engines idle; the host reads every row the batch needs over the
   CXL.mem link (:class:`sim.host_link.HostLink`, one line per cycle each way at most), pools
   and updates at a stated rate, copies the touched rows to a log region and writes a flag
@@ -28,7 +30,8 @@ import numpy as np
 from cocotb.triggers import FallingEdge, RisingEdge
 from cocotb.utils import get_sim_time
 
-from hw.ckpt.layouts import CheckpointPhase
+from bench.paper import LOGGING_MODES
+from hw.ckpt.layouts import CheckpointPhase, LogMode
 from hw.emb.layouts import LINE_BYTES
 from sim.pmem import PROFILES
 from sim.rtl import design_from_env
@@ -190,9 +193,9 @@ async def measure_preset(dut, device, link, params, spec):
     wall = time.monotonic()
     first_ns = get_sim_time("ns")
     for mode in spec["modes"]:
-        checkpointing = mode in ("nmp_sync_log", "nmp_log_on_lookup")
+        checkpointing = mode in LOGGING_MODES
         device.configure(preset, layout, memory_bytes, logging=checkpointing,
-                         sync_log=mode == "nmp_sync_log")
+                         log_mode=LogMode[LOGGING_MODES.get(mode, "ON_LOOKUP")])
         device.set_profile(spec["profile"])
         if mode == "host_gather":
             started_wall, started = time.monotonic(), device.now()

@@ -14,12 +14,16 @@ system (:data:`tb.ckpt.designs.PAPER_SYSTEM`: the device's engines, the PMEM mod
   (old values) to a log region and a flag line, persistent, before writing the rows back and a
   commit line (:mod:`bench.cocotb_paper`);
 * ``nmp``: near-memory lookup and update, no checkpointing;
-* ``nmp_sync_log``: the checkpoint engine with ``CKPT_CONTROL.sync_log``: LOOKUP logs nothing;
-  UPDATE first replays the lookup's row reads into the undo log (reading the old values then),
-  seals it, writes the flag and only then updates in place (no overlap with the GPU's time);
-  relaxed MLP snapshots as below;
+* ``nmp_sync_log``: the checkpoint engine with ``CKPT_CONTROL.log_mode`` AT_UPDATE: LOOKUP
+  logs nothing; UPDATE first replays the lookup's row reads into the undo log (reading the old
+  values then), seals it, writes the flag and only then updates in place (no overlap with the
+  GPU's time); relaxed MLP snapshots as below;
 * ``nmp_log_on_lookup``: the checkpoint engine (log on lookup, batch flag, commit record) and
   relaxed MLP snapshots every K batches;
+* ``nmp_log_after_lookup``: as ``nmp_log_on_lookup`` with ``log_mode`` AFTER_LOOKUP: LOOKUP runs
+  unlogged and the engine replays its row reads into the undo log right after LOOKUP's status,
+  while the host reads the pooled output, the GPU computes and the host writes the gradient
+  (the log overlaps the GPU's time, at the cost of reading the rows twice);
 * ``trainingcxl``: all of the above plus relaxed lookup -- not implemented in RTL, no number.
 
 Every mode spends the same ``--gpu-cycles`` per batch between the pooled output and the
@@ -29,7 +33,8 @@ or the last write-back acknowledged); the host stages the batch's indices (or it
 list) before that. MLP snapshot writes happen after the batch window and are reported apart.
 
 Derived ratios: speedup_vs_host_gather = host_gather / mode cycles (paper: 5.2x);
-ft_overhead = nmp_log_on_lookup / nmp - 1 (the paper's trainingcxl / nmp; CPR 0.53-0.68%);
+ft_overhead = logging mode / nmp - 1 for each logging mode (the paper's trainingcxl / nmp;
+CPR 0.53-0.68%);
 recovery_speedup = full checkpoint reload cycles (every table line read and written back
 through the host link, measured) / RECOVER cycles after a power failure in an UPDATE (ECRM
 10.3x). Also link bytes per batch per mode and the simulation speed, and, unless
@@ -52,8 +57,12 @@ from sim.rtl import BUILD_ROOT
 
 __all__ = ["MODES", "NOT_IMPLEMENTED", "SIM_PRESETS", "main", "summarise", "write_report"]
 
-MODES = ("host_gather", "nmp", "nmp_sync_log", "nmp_log_on_lookup", "trainingcxl")
-MEASURED = ("host_gather", "nmp", "nmp_sync_log", "nmp_log_on_lookup")
+MODES = ("host_gather", "nmp", "nmp_sync_log", "nmp_log_on_lookup", "nmp_log_after_lookup",
+         "trainingcxl")
+MEASURED = ("host_gather", "nmp", "nmp_sync_log", "nmp_log_on_lookup", "nmp_log_after_lookup")
+#: The measured modes with the checkpoint engine on, and their ``CKPT_CONTROL.log_mode``.
+LOGGING_MODES = {"nmp_sync_log": "AT_UPDATE", "nmp_log_on_lookup": "ON_LOOKUP",
+                 "nmp_log_after_lookup": "AFTER_LOOKUP"}
 NOT_IMPLEMENTED = {
     "trainingcxl": "log-on-lookup + relaxed MLP snapshots + relaxed lookup: relaxed lookup "
                    "(sw_model/relaxed.py) has no RTL yet",
@@ -66,6 +75,8 @@ MODE_DESCRIPTIONS = {
                     "again, logged, flagged, then updated), relaxed MLP snapshots",
     "nmp_log_on_lookup": "near-memory, undo log written during the lookup, relaxed MLP "
                          "snapshots every K batches",
+    "nmp_log_after_lookup": "near-memory, undo log taken by replaying the lookup's reads right "
+                            "after it, overlapping the GPU's time; relaxed MLP snapshots",
     "trainingcxl": "near-memory, log on lookup, relaxed MLP snapshots, relaxed lookup",
 }
 
@@ -172,15 +183,13 @@ def summarise(raws: dict, params: dict, lookup: dict | None = None,
             if hg and cycles:
                 modes[mode]["speedup_vs_host_gather"] = hg / cycles
         nmp = modes["nmp"].get("cycles_per_batch")
-        logged = modes["nmp_log_on_lookup"].get("cycles_per_batch")
-        synchronous = modes["nmp_sync_log"].get("cycles_per_batch")
-        if nmp and logged:
-            ratios["ft_overhead_nmp_log_on_lookup"] = logged / nmp - 1
-        if nmp and synchronous:
-            ratios["ft_overhead_nmp_sync_log"] = synchronous / nmp - 1
+        for mode in LOGGING_MODES:
+            logged = modes[mode].get("cycles_per_batch")
+            if nmp and logged:
+                ratios[f"ft_overhead_{mode}"] = logged / nmp - 1
+            if hg and logged:
+                ratios[f"speedup_{mode}_vs_host_gather"] = hg / logged
         ratios["ft_overhead_trainingcxl"] = None  # trainingcxl is not implemented in RTL
-        if hg and logged:
-            ratios["speedup_nmp_log_on_lookup_vs_host_gather"] = hg / logged
         if hg and nmp:
             ratios["speedup_nmp_vs_host_gather"] = hg / nmp
         recovery = raw.get("recovery")
@@ -255,11 +264,9 @@ def write_markdown(results: dict) -> str:
                          f"{_fmt(e.get('pmem_write_bound_cycles'))} | "
                          f"{_fmt(e.get('pmem_write_port_busy'), '.0%')} |")
         r = entry["ratios"]
-        lines += ["",
-                  f"- ft_overhead (nmp_log_on_lookup / nmp - 1): "
-                  f"{_fmt(r.get('ft_overhead_nmp_log_on_lookup'), '.2%')}; "
-                  f"nmp_sync_log / nmp - 1: {_fmt(r.get('ft_overhead_nmp_sync_log'), '.2%')}; "
-                  "trainingcxl / nmp - 1: -- (not implemented in RTL)"]
+        lines += ["", "- ft_overhead (mode / nmp - 1): " + "; ".join(
+            f"{mode} {_fmt(r.get(f'ft_overhead_{mode}'), '.2%')}" for mode in LOGGING_MODES)
+            + "; trainingcxl -- (not implemented in RTL)"]
         if entry.get("recovery"):
             rec = entry["recovery"]
             lines.append(f"- recovery: RECOVER {rec['recovery_cycles']} cycles "
@@ -342,17 +349,17 @@ def write_plots(results: dict, out_dir: Path) -> list[Path]:
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    labels, overheads, speedups = [], [], []
-    for name in names:
-        labels.append(name)
-        overheads.append(100 * (presets[name]["ratios"].get("ft_overhead_nmp_log_on_lookup")
-                                or 0))
-        speedups.append(presets[name]["ratios"].get("recovery_speedup") or 0)
-    ax.bar([i - 0.2 for i in range(len(names))], overheads, 0.4,
-           label="ft_overhead % (log on lookup / nmp - 1)")
-    ax.bar([i + 0.2 for i in range(len(names))], speedups, 0.4,
-           label="recovery speedup vs full reload (x)")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    bars = [(f"ft_overhead % ({mode} / nmp - 1)",
+             [100 * (presets[name]["ratios"].get(f"ft_overhead_{mode}") or 0)
+              for name in names]) for mode in LOGGING_MODES]
+    bars.append(("recovery speedup vs full reload (x)",
+                 [presets[name]["ratios"].get("recovery_speedup") or 0 for name in names]))
+    width = 0.8 / len(bars)
+    for k, (label, values) in enumerate(bars):
+        ax.bar([i - 0.4 + (k + 0.5) * width for i in range(len(names))], values, width,
+               label=label)
+    labels = names
     ax.set_xticks(range(len(names)), labels)
     ax.legend(fontsize=8)
     ax.set_title("checkpointing cost and recovery")
@@ -404,8 +411,8 @@ def print_summary(results: dict):
                   f"{_fmt(e.get('speedup_vs_host_gather'), '.2f')}x vs host_gather  "
                   f"{e['link_bytes_per_batch']:10.0f} link bytes/batch")
         r = entry["ratios"]
-        print(f"  ft_overhead (log on lookup / nmp - 1): "
-              f"{_fmt(r.get('ft_overhead_nmp_log_on_lookup'), '.2%')}")
+        print("  ft_overhead (mode / nmp - 1): " + ", ".join(
+            f"{mode} {_fmt(r.get(f'ft_overhead_{mode}'), '.2%')}" for mode in LOGGING_MODES))
         if r.get("recovery_speedup") is not None:
             print(f"  recovery speedup vs full reload: {r['recovery_speedup']:.1f}x")
         print(f"  simulation: {entry['simulation']['cycles_per_second']} cycles/s")

@@ -515,7 +515,7 @@ class TrainingCxlDevice(wiring.Component):
             ckpt.snapshot_regions[1].eq(region("SNAPSHOT1")),
             ckpt.snapshot_interval.eq(regs.CKPT_INTERVAL.interval),
             ckpt.logging_enable.eq(regs.CKPT_CONTROL.logging_enable),
-            ckpt.sync_log.eq(regs.CKPT_CONTROL.sync_log),
+            ckpt.log_mode.as_value().eq(regs.CKPT_CONTROL.log_mode),
             ckpt.gpf.eq(self.gpf),
             self.gpf_done.eq(ckpt.gpf_done),
             # The front end's last two protected ranges: the host never sees the metadata or

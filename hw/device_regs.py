@@ -274,12 +274,15 @@ def _add_checkpoint_registers(regmap, c):
                Field("logging_enable", 1, rw, "Undo logging, batch flags and commit records "
                      "(clear: LOOKUP/UPDATE pass straight through, the no-checkpoint "
                      "baseline).", init=1),
-               Field("sync_log", 1, rw, "With logging: take the undo log synchronously at "
-                     "UPDATE time (the nmp_sync_log comparison) instead of during LOOKUP: "
-                     "LOOKUP(N) logs nothing, UPDATE(N) first replays LOOKUP(N) (re-reading "
-                     "its rows; the replay's output writes are dropped) while logging the "
-                     "old rows, then seals, flags, updates and commits as usual. Sampled when "
-                     "LOOKUP(N) is accepted and held for batch N."))
+               Field("log_mode", 2, rw, "With logging: when batch N's undo log is taken "
+                     "(hw.ckpt.layouts.LogMode). 0 ON_LOOKUP: from LOOKUP(N)'s own table "
+                     "reads. 1 AT_UPDATE (the nmp_sync_log comparison): LOOKUP(N) logs "
+                     "nothing, UPDATE(N) first replays LOOKUP(N) (re-reading its rows; the "
+                     "replay's output writes are dropped) while logging the old rows, then "
+                     "seals, flags, updates and commits as usual. 2 AFTER_LOOKUP: the same "
+                     "replay starts as soon as LOOKUP(N)'s status is out and runs while the "
+                     "host works; commands wait for it. 3 is reserved (LOOKUP is refused with "
+                     "BAD_CONFIG). Sampled when LOOKUP(N) is accepted and held for batch N."))
     regmap.add("CKPT_INTERVAL", "Snapshot interval K: SNAPSHOT(N) needs (N + 1) % K == 0 "
                "(0: any batch).", Field("interval", 32, rw, ""))
     for name, doc in (("META", "metadata (superblock, commit record, batch flags, snapshot "

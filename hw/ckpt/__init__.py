@@ -18,6 +18,8 @@ is the crash campaign, ``python -m tb.ckpt.bench`` the overhead benchmark); unit
 """
 
 from .engine import CheckpointEngine, counters_layout
-from .layouts import CheckpointError, CheckpointPhase
+from .layouts import CheckpointError, CheckpointPhase, LogMode
 
-__all__ = ["CheckpointEngine", "CheckpointError", "CheckpointPhase", "counters_layout"]
+__all__ = [
+    "CheckpointEngine", "CheckpointError", "CheckpointPhase", "LogMode", "counters_layout",
+]

@@ -33,35 +33,46 @@ A batch N runs LOOKUP(N), UPDATE(N), then possibly SNAPSHOT(N):
   persistent, so a second recovery does nothing more, and a recovery cut short by a power
   failure restores the same entries again (invariant 5).
 
-Synchronous undo log (``sync_log``)
------------------------------------
-The comparison point ``nmp_sync_log``: the undo log is taken at UPDATE time, on the critical
-path, instead of overlapping the host's work between LOOKUP and UPDATE. ``sync_log`` is
-sampled when LOOKUP(N) is accepted and holds for batch N (changing it between LOOKUP(N) and
-UPDATE(N) has no effect on N: UPDATE(N) always follows the mode of its LOOKUP, so a batch is
-never left with half a log); it only matters with ``logging_enable`` set.
+When the undo log is taken (``log_mode``)
+-----------------------------------------
+``log_mode`` (:class:`~hw.ckpt.layouts.LogMode`) is sampled when LOOKUP(N) is accepted and holds
+for batch N: UPDATE(N) always follows the mode of its LOOKUP, so a batch is never left with
+half a log. It only matters with ``logging_enable`` set; the reserved value 3 refuses LOOKUP
+with ``BAD_CONFIG``.
 
-* LOOKUP(N) runs under the same rules (N must be last committed + 1; ``log_open`` and
-  ``log_batch`` afterwards) but the tap takes no entries (``log_entries`` stays 0), and the
-  command descriptor is latched.
-* UPDATE(N) first *replays* LOOKUP(N) (the latched descriptor, same batch number) to the
-  embedding engine, phase ``REPLAY``, with the tap taking entries into log area N % 2 exactly
-  as log-on-lookup does (same filter, same entries, same ``counters.log_entries``): the replay
+* ``ON_LOOKUP`` (above): the tap logs LOOKUP(N)'s own table reads. No row is read twice, but
+  LOOKUP runs at the pace of the log's writes once the tap's buffer is full.
+* ``AT_UPDATE`` (the ``nmp_sync_log`` comparison point: the log on the critical path).
+  LOOKUP(N) runs under the same rules (N must be last committed + 1; ``log_open`` and
+  ``log_batch`` afterwards) but the tap takes no entries, and the command descriptor is
+  latched. UPDATE(N) first *replays* LOOKUP(N) (the latched descriptor, same batch number) to
+  the embedding engine, phase ``REPLAY``, with the tap taking entries into log area N % 2
+  exactly as on lookup (same filter, same entries, same ``counters.log_entries``): the replay
   re-reads every table row of the batch, which is the synchronous undo log's read of the old
   values. The replay's writes (the pooled output buffer) are answered here and dropped: the
   tables are unchanged since LOOKUP(N), so they would rewrite identical values, and the host
   may already have put UPDATE(N)'s gradients into that very buffer (``output`` is the
   gradient buffer of UPDATE; the testbench host uses one buffer for both). Nothing of the
-  replay reaches memory but its reads and the log.
-* When the replayed LOOKUP is done, UPDATE(N) proceeds exactly as above (seal, flag, forward
-  UPDATE(N), gate, commit): the flag is still written only after every entry is persistent,
-  so RECOVER is unchanged.
-* If the replayed LOOKUP reports an error, UPDATE(N) is refused (``BAD_OPCODE``, the
-  location fields of the engine's status, ``CheckpointError.REPLAY_FAILED``) with no flag
-  written and no table row changed; the batch stays open, so UPDATE(N) may be sent again
-  (it replays again), as may LOOKUP(N). A GPF during the replay cuts the log as during a
-  log-on-lookup LOOKUP: UPDATE(N) is then refused with ``LOG_OVERFLOW`` and may be retried.
-* The embedding engine's own counters count the replayed LOOKUP as a second lookup.
+  replay reaches memory but its reads and the log. When the replayed LOOKUP is done,
+  UPDATE(N) proceeds exactly as above (seal, flag, forward UPDATE(N), gate, commit): the flag
+  is still written only after every entry is persistent, so RECOVER is unchanged. If the
+  replayed LOOKUP reports an error, UPDATE(N) is refused (``BAD_OPCODE``, the location fields
+  of the engine's status, ``CheckpointError.REPLAY_FAILED``) with no flag written and no
+  table row changed; the batch stays open, so UPDATE(N) may be sent again (it replays again),
+  as may LOOKUP(N). A GPF during the replay cuts the log as during a LOOKUP: UPDATE(N) is then
+  refused with ``LOG_OVERFLOW`` and may be retried.
+* ``AFTER_LOOKUP``: LOOKUP(N) runs unlogged at full speed, as ``AT_UPDATE``; its status goes
+  back at once, and the same replay then starts in the background (phase ``REPLAY``) while the
+  host reads the pooled output, runs its MLP and writes the gradients: the log is written
+  during the host's time instead of holding up LOOKUP or UPDATE. Commands wait (``cmd`` is not
+  ready) until the replay is done; UPDATE(N) then seals the log as after an ``ON_LOOKUP``
+  LOOKUP. If the background replay reported an error or a GPF cut it, UPDATE(N) replays again
+  first, exactly as ``AT_UPDATE`` (so a second failure refuses it with ``REPLAY_FAILED``).
+  Reads the host makes meanwhile see the tables as LOOKUP(N) left them (only the log and the
+  dropped output writes are the replay's), and the host writing the gradient buffer races
+  nothing.
+
+The embedding engine's own counters count a replayed LOOKUP as a second lookup.
 
 Snapshots: the host writes the MLP parameters into slot ``next_snapshot_slot`` (the slot that
 does not hold the newest complete snapshot) over CXL.mem, waits for its writes to complete,
@@ -86,7 +97,7 @@ the log buffer, open headers and every accepted write drain; ``gpf_done`` rises 
 persistent, with the time it took in ``gpf_drain_cycles``.
 
 With ``logging_enable`` clear, LOOKUP and UPDATE pass straight through (the no-checkpoint
-baseline, whatever ``sync_log`` says), and the persistent state is not maintained.
+baseline, whatever ``log_mode`` says), and the persistent state is not maintained.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
@@ -124,6 +135,7 @@ from .layouts import (
     CheckpointError,
     CheckpointPhase,
     FlagState,
+    LogMode,
     MetaLine,
     OwnWrite,
 )
@@ -202,9 +214,9 @@ class CheckpointEngine(wiring.Component):
         K: SNAPSHOT(N) requires (N + 1) % K == 0 (K = 0: any batch).
     logging_enable : ``In(1)``
         Clear: LOOKUP/UPDATE pass straight through (no logging, no ordering, no commit).
-    sync_log : ``In(1)``
-        With logging: take the undo log synchronously at UPDATE time by replaying the LOOKUP
-        (module docstring); sampled when LOOKUP(N) is accepted, held for batch N.
+    log_mode : ``In(LogMode)``
+        With logging: when the undo log is taken (module docstring); sampled when LOOKUP(N)
+        is accepted, held for batch N.
     gpf : ``In(1)``
         Power-fail warning (module docstring).
 
@@ -253,7 +265,7 @@ class CheckpointEngine(wiring.Component):
             "snapshot_regions": In(data.ArrayLayout(region_layout(addr_width), 2)),
             "snapshot_interval": In(32),
             "logging_enable": In(1),
-            "sync_log": In(1),
+            "log_mode": In(LogMode),
             "gpf": In(1),
             "phase": Out(CheckpointPhase),
             "error": Out(CheckpointError),
@@ -316,8 +328,8 @@ class CheckpointEngine(wiring.Component):
         wiring.connect(m, join.memory, wiring.flipped(self.axi))
         wiring.connect(m, tap.entries, log.entries)
 
-        # The engine's port into the join, except that while ``replay`` (sync_log: UPDATE
-        # replays LOOKUP) its writes are answered by a sink here and go nowhere (module
+        # The engine's port into the join, except that while ``replay`` (LOOKUP replayed to
+        # take the log) its writes are answered by a sink here and go nowhere (module
         # docstring). Writes are single beats (the join's rule); AW and W are taken
         # independently, one write at a time, and answered OKAY with the AW's ID.
         engine_axi = self.engine_axi
@@ -384,8 +396,11 @@ class CheckpointEngine(wiring.Component):
 
         # --- persistent state mirrored on chip ------------------------------------------------
         command = Signal(command_layout(aw))
-        lookup_command = Signal(command_layout(aw))  # the last LOOKUP's (sync_log replays it)
-        sync_batch = Signal()      # sync_log as sampled when the open batch's LOOKUP came
+        lookup_command = Signal(command_layout(aw))  # the last LOOKUP's (a replay repeats it)
+        batch_log_mode = Signal(LogMode)  # log_mode as sampled when the open batch's LOOKUP came
+        replay_pending = Signal()  # AFTER_LOOKUP: LOOKUP(N)'s status is out, its replay is next
+        replay_background = Signal()  # the running replay is AFTER_LOOKUP's (no command waits)
+        log_taken = Signal()       # AFTER_LOOKUP: the background replay logged the whole batch
         reply = Signal(status_layout())
         error = Signal(CheckpointError)
         attached = Signal()
@@ -545,12 +560,16 @@ class CheckpointEngine(wiring.Component):
 
         with m.FSM(name="control"):
             with m.State("Idle"):
-                m.d.comb += [self.cmd.ready.eq(~self.gpf),
+                m.d.comb += [self.cmd.ready.eq(~self.gpf & ~replay_pending),
                              phase.eq(Mux(attached, Mux(failed, CheckpointPhase.FAILED,
                                                         CheckpointPhase.IDLE),
                                           CheckpointPhase.DETACHED))]
                 payload = self.cmd.payload
-                with m.If(self.cmd.valid & ~self.gpf):
+                with m.If(replay_pending):
+                    with m.If(~self.gpf):
+                        m.d.sync += [replay_pending.eq(0), replay_background.eq(1)]
+                        m.next = "ReplayPrepare"
+                with m.Elif(self.cmd.valid & ~self.gpf):
                     m.d.sync += [
                         command.eq(payload),
                         reply.eq(status_layout().const({})),
@@ -573,12 +592,18 @@ class CheckpointEngine(wiring.Component):
                             with m.Elif(n != next_batch):
                                 refuse(CheckpointError.OUT_OF_ORDER)
                             with m.Elif(payload.opcode == Opcode.LOOKUP):
-                                m.d.sync += [lookup_command.eq(payload),
-                                             sync_batch.eq(self.sync_log)]
-                                m.next = "LookupPrepare"
+                                with m.If(self.log_mode.as_value() == 3):
+                                    refuse(CheckpointError.BAD_CONFIG)
+                                with m.Else():
+                                    m.d.sync += [lookup_command.eq(payload),
+                                                 batch_log_mode.eq(self.log_mode),
+                                                 log_taken.eq(0)]
+                                    m.next = "LookupPrepare"
                             with m.Elif(~log_open | (log_batch != n)):
                                 refuse(CheckpointError.OUT_OF_ORDER)
-                            with m.Elif(sync_batch):
+                            with m.Elif((batch_log_mode == LogMode.AT_UPDATE)
+                                        | ((batch_log_mode == LogMode.AFTER_LOOKUP)
+                                           & ~log_taken)):
                                 # (The replay restarts the log: an earlier cut or overflow
                                 # of this batch does not count.)
                                 m.next = "ReplayPrepare"
@@ -634,13 +659,16 @@ class CheckpointEngine(wiring.Component):
             with m.State("LookupRun"):
                 # The engine writes only its output buffer during LOOKUP: those pass.
                 m.d.comb += [phase.eq(CheckpointPhase.LOOKUP), write_gate.eq(1),
-                             tap.enable.eq(~self.gpf & ~sync_batch),
+                             tap.enable.eq(~self.gpf & (batch_log_mode == LogMode.ON_LOOKUP)),
                              self.engine_done.ready.eq(1)]
                 with m.If(self.gpf):
                     m.d.sync += log_cut.eq(1)
                 with m.If(self.engine_done.valid):
                     m.d.sync += [reply.eq(self.engine_done.payload), log_open.eq(1),
-                                 log_batch.eq(batch)]
+                                 log_batch.eq(batch),
+                                 replay_pending.eq(
+                                     (batch_log_mode == LogMode.AFTER_LOOKUP)
+                                     & (self.engine_done.payload.error == ErrorCode.NONE))]
                     m.next = "LookupDrain"
             with m.State("LookupDrain"):
                 # The engine's output writes are complete before the status goes back (so
@@ -649,7 +677,7 @@ class CheckpointEngine(wiring.Component):
                 with m.If(join.engine_outstanding == 0):
                     m.next = "Reply"
 
-            # --- UPDATE(N) under sync_log: replay LOOKUP(N), logging its table reads ------
+            # --- LOOKUP(N) replayed, logging its table reads (AT_UPDATE, AFTER_LOOKUP) ----
             with m.State("ReplayPrepare"):
                 # As LookupPrepare, except that log_open stays (a refused UPDATE may be sent
                 # again).
@@ -671,7 +699,14 @@ class CheckpointEngine(wiring.Component):
                     m.d.sync += log_cut.eq(1)
                 with m.If(self.engine_done.valid):
                     status = self.engine_done.payload
-                    with m.If(status.error != ErrorCode.NONE):
+                    with m.If(replay_background):
+                        # No command waits for this one: a failed or cut replay is repeated
+                        # by UPDATE(N).
+                        m.d.sync += [replay_background.eq(0),
+                                     log_taken.eq((status.error == ErrorCode.NONE)
+                                                  & ~log_cut & ~self.gpf)]
+                        m.next = "Idle"
+                    with m.Elif(status.error != ErrorCode.NONE):
                         m.d.sync += [reply.table.eq(status.table), reply.bag.eq(status.bag),
                                      reply.position.eq(status.position)]
                         refuse(CheckpointError.REPLAY_FAILED)

@@ -56,6 +56,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointPhase",
     "FlagState",
+    "LogMode",
     "MetaLine",
     "OwnWrite",
     "checksum",
@@ -109,7 +110,7 @@ class CheckpointPhase(enum.Enum, shape=4):
 
     DETACHED = 0     # after reset: nothing known about memory until RECOVER
     IDLE = 1
-    LOOKUP = 2       # LOOKUP(N) runs; table reads are logged (not under sync_log)
+    LOOKUP = 2       # LOOKUP(N) runs; table reads are logged (LogMode.ON_LOOKUP only)
     LOGGED = 3       # (unused as a state: LOOKUP done and log open is IDLE + log_open)
     SEAL = 4         # UPDATE(N) received: waiting for every log write of N to persist
     FLAG = 5         # writing N's batch flag
@@ -121,7 +122,7 @@ class CheckpointPhase(enum.Enum, shape=4):
     FAILED = 11      # an UPDATE failed after its flag: only RECOVER is accepted
     REPLY = 12       # reporting a command's status
     DRAIN = 13       # the engine finished UPDATE(N); its last writes become persistent
-    REPLAY = 14      # UPDATE(N) under sync_log: LOOKUP(N) replayed, its table reads logged
+    REPLAY = 14      # LOOKUP(N) replayed, its table reads logged (LogMode AT_UPDATE, AFTER_LOOKUP)
 
 
 class CheckpointError(enum.Enum, shape=4):
@@ -140,9 +141,18 @@ class CheckpointError(enum.Enum, shape=4):
     BUS_ERROR = 9          # one of the engine's own reads or writes got SLVERR/DECERR
     UPDATE_FAILED = 10     # the embedding engine reported an error for UPDATE after the flag
     GPF = 11               # command refused during a global persistent flush
-    BAD_CONFIG = 12        # meta region smaller than 8 lines, log area smaller than a group
+    BAD_CONFIG = 12        # meta region < 8 lines, log area < a group; LOOKUP: reserved log_mode
     ENGINE_PROTOCOL = 13   # the engine used a reserved AXI ID or a write burst
-    REPLAY_FAILED = 14     # sync_log: the LOOKUP(N) replayed by UPDATE(N) reported an error
+    REPLAY_FAILED = 14     # the LOOKUP(N) replayed by UPDATE(N) reported an error
+
+
+class LogMode(enum.Enum, shape=2):
+    """When batch N's undo log is taken (``log_mode`` input, ``CKPT_CONTROL.log_mode``;
+    sampled when LOOKUP(N) is accepted and held for batch N; see :mod:`hw.ckpt.engine`)."""
+
+    ON_LOOKUP = 0     # the tap logs LOOKUP(N)'s own table reads (LOOKUP runs at the log's pace)
+    AT_UPDATE = 1     # UPDATE(N) first replays LOOKUP(N), logging (nmp_sync_log)
+    AFTER_LOOKUP = 2  # LOOKUP(N) runs unlogged; the replay starts as soon as its status is out
 
 
 _COMMON = {"magic": unsigned(32), "batch": unsigned(32)}

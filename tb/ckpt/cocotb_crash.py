@@ -1,9 +1,10 @@
 """cocotb side of the crash campaign (``python -m tb.ckpt.crash``): many power failures in one
 simulator process.
 
-Training runs go through the preset's batches, each run with the undo log taken during LOOKUP
-or, with ``sync_log``, at UPDATE (``$CRASH_SPEC``'s ``log_mode``: ``lookup``, ``sync`` or
-``mixed``: runs alternate, the first one's mode drawn from the seed); before each trial a few
+Training runs go through the preset's batches, each run with the undo log taken during LOOKUP,
+at UPDATE or right after LOOKUP in the background (``$CRASH_SPEC``'s ``log_mode``: ``lookup``,
+``sync``, ``after`` or ``mixed``: runs rotate through the three, the first one's mode drawn
+from the seed); before each trial a few
 batches train normally, then power fails at a seeded point (a step of a batch, a delay into it
 or into a device phase, tearing odds, sometimes a second failure during RECOVER), the device
 recovers, and the recovered memory is checked bit for bit against the golden state of the path
@@ -25,7 +26,7 @@ import cocotb
 from cocotb.triggers import RisingEdge
 from cocotb.utils import get_sim_time
 
-from hw.ckpt.layouts import CheckpointPhase
+from hw.ckpt.layouts import CheckpointPhase, LogMode
 from hw.emb.layouts import LINE_BYTES
 from sim.rtl import design_from_env
 from sw_model.checkpoint import CheckpointOracle, first_table_difference
@@ -34,23 +35,32 @@ from tb.common import CLOCK_PERIOD_NS, reset, start_clock
 
 from .host import Device, MemoryMap, Trainer, random_plan
 
+LOG_MODES = {"lookup": LogMode.ON_LOOKUP, "sync": LogMode.AT_UPDATE,
+             "after": LogMode.AFTER_LOOKUP}
+
 
 def _log_mode_draw(spec):
-    """Each run's log mode (True: sync_log); drawn apart from the trials' failure points so
-    that those do not depend on the mode setting."""
+    """Each run's LogMode; drawn apart from the trials' failure points so that those do not
+    depend on the mode setting."""
     mode = spec.get("log_mode", "mixed")
-    if mode not in ("lookup", "sync", "mixed"):
-        raise ValueError(f"log_mode must be lookup, sync or mixed, not {mode!r}")
-    sync = mode == "sync" or (mode == "mixed"
-                              and random.Random(f"{spec['seed']}-log-mode").random() < 0.5)
+    if mode not in (*LOG_MODES, "mixed"):
+        raise ValueError(f"log_mode must be lookup, sync, after or mixed, not {mode!r}")
+    if mode != "mixed":
+        while True:
+            yield LOG_MODES[mode]
+    order = list(LOG_MODES.values())
+    index = random.Random(f"{spec['seed']}-log-mode").randrange(len(order))
     while True:
-        yield sync
-        if mode == "mixed":
-            sync = not sync
+        yield order[index]
+        index = (index + 1) % len(order)
 
 
-async def _fresh_run(device, preset, layout, params, log, sync_log):
-    device.configure(preset, layout, params["memory_lines"] * LINE_BYTES, sync_log=sync_log)
+def _mode_name(log_mode):
+    return next(name for name, mode in LOG_MODES.items() if mode == log_mode)
+
+
+async def _fresh_run(device, preset, layout, params, log, log_mode):
+    device.configure(preset, layout, params["memory_lines"] * LINE_BYTES, log_mode=log_mode)
     await device.write(layout.meta, bytes(8 * LINE_BYTES))
     trainer = Trainer(device, preset, layout, max_unique_rows=params["max_unique_rows"],
                       log=log)
@@ -75,8 +85,8 @@ async def campaign(dut):
     started, first_ns = time.monotonic(), get_sim_time("ns")
     log = dut._log.info
     modes = _log_mode_draw(spec)
-    sync_log = next(modes)
-    trainer = await _fresh_run(device, preset, layout, params, log, sync_log)
+    log_mode = next(modes)
+    trainer = await _fresh_run(device, preset, layout, params, log, log_mode)
     oracle = CheckpointOracle(preset, max_unique_rows=params["max_unique_rows"])
     first_failure_of_run = True
     trials, runs, final_checks = [], 1, 0
@@ -101,21 +111,25 @@ async def campaign(dut):
                 final_checks += 1
                 runs += 1
                 first_failure_of_run = True
-                sync_log = next(modes)
-                trainer = await _fresh_run(device, preset, layout, params, log, sync_log)
+                log_mode = next(modes)
+                trainer = await _fresh_run(device, preset, layout, params, log, log_mode)
             batch = trainer.next_batch
             plan = random_plan(draw, batch, preset.snapshot_interval)
             if plan.step == "update" and draw.random() < 0.5:
                 # Aim at the device's phases directly (the commit is a short window).
                 plan.on_phase = draw.choice([CheckpointPhase.SEAL, CheckpointPhase.UPDATE,
                                              CheckpointPhase.COMMIT])
-                if sync_log and plan.on_phase == CheckpointPhase.SEAL:
-                    plan.on_phase = CheckpointPhase.REPLAY  # the sync mode's extra phase
+                if log_mode != LogMode.ON_LOOKUP and plan.on_phase == CheckpointPhase.SEAL:
+                    # The replay's phase instead: in UPDATE (at_update) or right after
+                    # LOOKUP's status (after_lookup).
+                    plan.on_phase = CheckpointPhase.REPLAY
+                    if log_mode == LogMode.AFTER_LOOKUP:
+                        plan.step = "lookup"
                 plan.delay = draw.randrange(0, {CheckpointPhase.SEAL: 4,
                                                 CheckpointPhase.REPLAY: 400,
                                                 CheckpointPhase.UPDATE: 500,
                                                 CheckpointPhase.COMMIT: 4}[plan.on_phase])
-            entry.update(log_mode="sync" if sync_log else "lookup", batch=batch,
+            entry.update(log_mode=_mode_name(log_mode), batch=batch,
                          step=plan.step, delay=plan.delay, keep=plan.keep,
                          on_phase=plan.on_phase.name if plan.on_phase else None,
                          recovery_delay=plan.recovery_delay)
@@ -153,8 +167,8 @@ async def campaign(dut):
             await device.power_cycle(seed=1, keep=0)
             runs += 1
             first_failure_of_run = True
-            sync_log = next(modes)
-            trainer = await _fresh_run(device, preset, layout, params, log, sync_log)
+            log_mode = next(modes)
+            trainer = await _fresh_run(device, preset, layout, params, log, log_mode)
         trials.append(entry)
         if (index + 1) % 10 == 0:
             dut._log.info("%d trials, %d failed, %.1f s", index + 1,

@@ -12,7 +12,7 @@ import random
 
 import cocotb
 
-from hw.ckpt.layouts import CheckpointPhase
+from hw.ckpt.layouts import CheckpointPhase, LogMode
 from hw.emb.layouts import LINE_BYTES, ErrorCode, Opcode
 from sim.rtl import design_from_env
 from sw_model.checkpoint import CheckpointOracle, Phase, first_table_difference
@@ -27,7 +27,7 @@ BATCHES = 12
 class Bench:
     """Fresh memory image, configured device, initial state loaded."""
 
-    def __init__(self, dut, preset, *, sync_log=False):
+    def __init__(self, dut, preset, *, log_mode=LogMode.ON_LOOKUP):
         self.params = design_from_env().params
         self.preset = preset
         self.device = Device(dut, addr_width=self.params["addr_width"],
@@ -37,7 +37,7 @@ class Bench:
         self.layout = MemoryMap.for_preset(preset, mlp_floats)
         memory_bytes = self.params["memory_lines"] * LINE_BYTES
         assert self.layout.end <= memory_bytes, (self.layout.end, memory_bytes)
-        self.device.configure(preset, self.layout, memory_bytes, sync_log=sync_log)
+        self.device.configure(preset, self.layout, memory_bytes, log_mode=log_mode)
         self.device.set_profile("pmem")
         self.trainer = Trainer(self.device, preset, self.layout,
                                max_unique_rows=self.params["max_unique_rows"],
@@ -45,12 +45,12 @@ class Bench:
         self.oracle = CheckpointOracle(preset, max_unique_rows=self.params["max_unique_rows"])
 
     @classmethod
-    async def create(cls, dut, preset=None, *, sync_log=False, started=False):
-        """``sync_log``: the undo log is taken at UPDATE time (``nmp_sync_log``);
+    async def create(cls, dut, preset=None, *, log_mode=LogMode.ON_LOOKUP, started=False):
+        """``log_mode``: when the undo log is taken (``CKPT_CONTROL.log_mode``);
         ``started``: the clock runs already (a second bench in one test: fresh tables and
         metadata, no reset)."""
         preset = preset or get_preset("tiny").replace(num_batches=BATCHES)
-        bench = cls(dut, preset, sync_log=sync_log)
+        bench = cls(dut, preset, log_mode=log_mode)
         if not started:
             start_clock(dut)
             await reset(dut)
@@ -194,7 +194,8 @@ async def gpf_drains_and_recovery_follows(dut):
     assert device.value("last_committed") == 2 and device.value("rolled_back") == 0
 
 
-# --- sync_log (nmp_sync_log): the undo log taken at UPDATE time ---------------------------------
+# --- log modes: the undo log taken at UPDATE time (AT_UPDATE, nmp_sync_log) or in the ---------
+# --- background right after LOOKUP (AFTER_LOOKUP) ---------------------------------------------
 
 SYNC_BATCHES = 4
 
@@ -215,32 +216,35 @@ async def _train_counting(bench):
 
 
 @cocotb.test()
-async def train_sync_log_matches_log_on_lookup(dut):
-    """The same batches logged on lookup, then synchronously (LOOKUP logs nothing, UPDATE
-    replays it with the tap on): pooled outputs and final tables bit-exact with the golden
-    model in both, the same log entries and duplicates per batch, and the synchronous UPDATE
-    is the longer one (the log is on its critical path)."""
+async def train_log_modes_match_log_on_lookup(dut):
+    """The same batches logged on lookup, at UPDATE (LOOKUP logs nothing, UPDATE replays it
+    with the tap on) and right after LOOKUP (the same replay, in the background): pooled
+    outputs and final tables bit-exact with the golden model in all three, the same log
+    entries and duplicates per batch, and the synchronous UPDATE is the longer one (the log
+    is on its critical path)."""
     preset = get_preset("tiny").replace(num_batches=SYNC_BATCHES)
-    on_lookup = await Bench.create(dut, preset)
-    counts_on_lookup = await _train_counting(on_lookup)
-    sync = await Bench.create(dut, preset, sync_log=True, started=True)
-    counts_sync = await _train_counting(sync)
-    dut._log.info("log entries per batch: on lookup %s, sync %s", counts_on_lookup,
-                  counts_sync)
-    assert all(c["log_entries"] > 0 for c in counts_sync)
-    assert counts_sync == counts_on_lookup
-    cycles = {name: [(c["lookup"], c["update"]) for c in bench.trainer.batch_cycles]
-              for name, bench in (("on_lookup", on_lookup), ("sync", sync))}
+    benches, counts = {}, {}
+    for mode in LogMode:
+        benches[mode] = await Bench.create(dut, preset, log_mode=mode,
+                                           started=mode != LogMode.ON_LOOKUP)
+        counts[mode] = await _train_counting(benches[mode])
+    dut._log.info("log entries per batch: %s", {m.name: c for m, c in counts.items()})
+    assert all(c["log_entries"] > 0 for c in counts[LogMode.AT_UPDATE])
+    assert counts[LogMode.AT_UPDATE] == counts[LogMode.ON_LOOKUP]
+    assert counts[LogMode.AFTER_LOOKUP] == counts[LogMode.ON_LOOKUP]
+    cycles = {mode.name: [(c["lookup"], c["update"]) for c in bench.trainer.batch_cycles]
+              for mode, bench in benches.items()}
     dut._log.info("(lookup, update) cycles per batch: %s", cycles)
-    assert (sum(u for _, u in cycles["sync"]) > sum(u for _, u in cycles["on_lookup"]))
+    assert (sum(u for _, u in cycles["AT_UPDATE"]) > sum(u for _, u in cycles["ON_LOOKUP"]))
 
 
 @cocotb.test()
-async def crash_in_sync_log_replay(dut):
-    """sync_log: power fails while UPDATE(3) replays LOOKUP(3) (no flag yet): recovery
+async def crash_in_at_update_replay(dut):
+    """AT_UPDATE: power fails while UPDATE(3) replays LOOKUP(3) (no flag yet): recovery
     reports c = 2, restores nothing, and training resumes bit-exact."""
     draw = random.Random(cocotb.RANDOM_SEED + 5)
-    bench = await Bench.create(dut, get_preset("tiny").replace(num_batches=6), sync_log=True)
+    bench = await Bench.create(dut, get_preset("tiny").replace(num_batches=6),
+                               log_mode=LogMode.AT_UPDATE)
     result = await bench.run_with_failure(FailurePlan(
         batch=3, step="update", delay=draw.randrange(0, 150), seed=draw.randrange(1, 2**31),
         on_phase=CheckpointPhase.REPLAY))
@@ -250,13 +254,29 @@ async def crash_in_sync_log_replay(dut):
 
 
 @cocotb.test()
-async def crash_in_sync_log_update(dut):
-    """sync_log: power fails after UPDATE(3)'s flag, while rows are written in place: rolled
+async def crash_in_at_update_update(dut):
+    """AT_UPDATE: power fails after UPDATE(3)'s flag, while rows are written in place: rolled
     back from the synchronously taken log, and training resumes bit-exact."""
     draw = random.Random(cocotb.RANDOM_SEED + 6)
-    bench = await Bench.create(dut, get_preset("tiny").replace(num_batches=6), sync_log=True)
+    bench = await Bench.create(dut, get_preset("tiny").replace(num_batches=6),
+                               log_mode=LogMode.AT_UPDATE)
     result = await bench.run_with_failure(FailurePlan(
         batch=3, step="update", delay=draw.randrange(120, 400), seed=draw.randrange(1, 2**31),
         on_phase=CheckpointPhase.UPDATE))
     assert result.failure.phase == Phase.UPDATE
     assert result.reported_committed == 2 and result.restored_entries > 0
+
+
+@cocotb.test()
+async def crash_in_after_lookup_replay(dut):
+    """AFTER_LOOKUP: power fails while the background replay of LOOKUP(3) logs it, after
+    LOOKUP(3)'s status went to the host (no flag yet): recovery reports c = 2, restores
+    nothing, and training resumes bit-exact."""
+    draw = random.Random(cocotb.RANDOM_SEED + 7)
+    bench = await Bench.create(dut, get_preset("tiny").replace(num_batches=6),
+                               log_mode=LogMode.AFTER_LOOKUP)
+    result = await bench.run_with_failure(FailurePlan(
+        batch=3, step="lookup", delay=draw.randrange(0, 150), seed=draw.randrange(1, 2**31),
+        on_phase=CheckpointPhase.REPLAY))
+    assert result.device_phase == CheckpointPhase.REPLAY.name
+    assert result.reported_committed == 2 and result.restored_entries == 0

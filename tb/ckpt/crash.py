@@ -7,10 +7,11 @@ Every trial fails power at a seeded point of the tiny preset's training (LOOKUP 
 UPDATE, the commit record, snapshot writes, and, in about a third of the trials, RECOVER
 itself) with torn writes from the PMEM model, recovers, checks the recovered tables and MLP
 snapshot bit for bit, and resumes training (see ``tb.ckpt.cocotb_crash``). ``--log-mode``
-chooses when the undo log is taken: during LOOKUP (``lookup``), at UPDATE (``sync``, the
-``CKPT_CONTROL.sync_log`` mode, with failures aimed at its REPLAY phase too), or both, training
-runs alternating (``mixed``, the default). All trials run in one
-simulator process on the one Verilator build the checkpoint tests share.
+chooses when the undo log is taken (``CKPT_CONTROL.log_mode``): during LOOKUP (``lookup``), at
+UPDATE (``sync``) or in the background right after LOOKUP (``after``), the last two with
+failures aimed at their REPLAY phase too, or all three, training runs rotating (``mixed``, the
+default). All trials run in one simulator process on the one Verilator build the checkpoint
+tests share.
 
 Writes ``build/crash/results.json``: ``trials``, ``failures`` (trials with any error),
 ``lost_committed_batches`` (batches acknowledged to the host but not recovered: must be 0),
@@ -74,9 +75,10 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", type=int, default=64,
                         help="batches per training run (the tiny preset has 64)")
     parser.add_argument("--profile", default="pmem", choices=("pmem", "dram"))
-    parser.add_argument("--log-mode", default="mixed", choices=("lookup", "sync", "mixed"),
-                        help="undo log during LOOKUP, at UPDATE (sync_log), or training runs "
-                             "alternating between the two (default)")
+    parser.add_argument("--log-mode", default="mixed",
+                        choices=("lookup", "sync", "after", "mixed"),
+                        help="undo log during LOOKUP, at UPDATE, right after LOOKUP, or "
+                             "training runs rotating through the three (default)")
     parser.add_argument("--output", default=str(BUILD_ROOT / "crash" / "results.json"))
     args = parser.parse_args(argv)
     if args.trials < 1:

@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.ckpt.engine import CheckpointEngine
 from hw.ckpt.engine import counters_layout as ckpt_counters_layout
-from hw.ckpt.layouts import CheckpointError, CheckpointPhase
+from hw.ckpt.layouts import CheckpointError, CheckpointPhase, LogMode
 from hw.emb.engine import EmbeddingEngine
 from hw.emb.layouts import (
     command_layout,
@@ -85,7 +85,7 @@ class CheckpointSystem(wiring.Component):
             "snapshot_regions": In(data.ArrayLayout(region_layout(aw), 2)),
             "snapshot_interval": In(32),
             "logging_enable": In(1),
-            "sync_log": In(1),
+            "log_mode": In(LogMode),
             "gpf": In(1),
             "counters": Out(counters_layout()),
             "ckpt_counters": Out(ckpt_counters_layout()),
@@ -152,7 +152,7 @@ class CheckpointSystem(wiring.Component):
             checkpoint.snapshot_regions.eq(self.snapshot_regions),
             checkpoint.snapshot_interval.eq(self.snapshot_interval),
             checkpoint.logging_enable.eq(self.logging_enable),
-            checkpoint.sync_log.eq(self.sync_log),
+            checkpoint.log_mode.eq(self.log_mode),
             checkpoint.gpf.eq(self.gpf),
             self.ckpt_counters.eq(checkpoint.counters),
             memory.backdoor_addr.eq(self.backdoor_addr),

@@ -21,7 +21,7 @@ from amaranth.lib import data
 from cocotb.triggers import ClockCycles, Event, FallingEdge, First, RisingEdge
 
 from hw.ckpt.engine import counters_layout as ckpt_counters_layout
-from hw.ckpt.layouts import NO_BATCH, CheckpointError, CheckpointPhase
+from hw.ckpt.layouts import NO_BATCH, CheckpointError, CheckpointPhase, LogMode
 from hw.emb.layouts import (
     LINE_BYTES,
     ErrorCode,
@@ -119,10 +119,10 @@ class Device:
             getattr(self.dut, port).value = value
 
     def configure(self, preset: Preset, layout: MemoryMap, memory_bytes: int, *,
-                  logging: bool = True, sync_log: bool = False):
+                  logging: bool = True, log_mode: LogMode = LogMode.ON_LOOKUP):
         """Tables, regions, learning rate, checkpoint regions; ``logging`` off is the
-        no-checkpoint baseline, ``sync_log`` takes the undo log at UPDATE time instead of
-        during LOOKUP (``nmp_sync_log``; ``hw.ckpt.engine``)."""
+        no-checkpoint baseline; ``log_mode`` says when the undo log is taken
+        (``hw.ckpt.engine``)."""
         dut = self.dut
         tables = [{"base": base, "rows": rows, "dim": preset.dim,
                    "mode": _POOLING[preset.pooling]}
@@ -145,7 +145,7 @@ class Device:
              for base in layout.slots]).as_bits()
         dut.snapshot_interval.value = preset.snapshot_interval
         dut.logging_enable.value = int(logging)
-        dut.sync_log.value = int(sync_log)
+        dut.log_mode.value = LogMode(log_mode).value
 
     # --- backdoor ------------------------------------------------------------------------------
     async def write(self, address: int, payload: bytes, *, stop: Event | None = None):

@@ -10,7 +10,7 @@ Run through tb/device/test_checkpoint.py.
 import cocotb
 from cocotb.triggers import ClockCycles
 
-from hw.ckpt.layouts import CheckpointError, CheckpointPhase
+from hw.ckpt.layouts import CheckpointError, CheckpointPhase, LogMode
 from hw.cxl.messages import DRSOpcode
 from hw.emb.layouts import ErrorCode, Opcode
 from sw_model.checkpoint import CheckpointOracle
@@ -179,29 +179,31 @@ async def logging_after_pass_through(dut):
     assert not checked.failures, checked.failures
 
 
-@cocotb.test()
-async def sync_log_training_stays_bit_exact(dut):
-    """CKPT_CONTROL.sync_log: LOOKUP logs nothing, UPDATE replays it and takes the undo log
-    before updating: two batches bit-exact and committed, the log written by the UPDATEs."""
+async def _train_two_batches(dut, log_mode):
+    """Two batches with ``CKPT_CONTROL.log_mode``, bit-exact and committed; per LOOKUP and
+    UPDATE the opcode, the open batch's log entries and the engine's phase right after."""
     bench = DeviceBench(dut, stream=50)
     await bench.start()
     capacity = bench.device.register_config.max_unique_rows
     trainer = bench.trainer(gpu_cycles=100)
     checked = CheckedTraining(bench, trainer, capacity=capacity)
-    await trainer.configure(logging=True, sync_log=True)
-    assert (await bench.driver.read("CKPT_CONTROL")) == {"logging_enable": 1, "sync_log": 1}
+    await trainer.configure(logging=True, log_mode=log_mode)
+    assert (await bench.driver.read("CKPT_CONTROL")) == \
+        {"logging_enable": 1, "log_mode": log_mode.value}
     await trainer.erase_checkpoint_state()
     await trainer.load(checked.golden.tables, checked.golden.mlp)
     formatted = await trainer.attach()
     assert (formatted.last_committed, formatted.snapshot_batch) == (-1, -1), formatted
     driver = bench.driver
     run = driver.run
-    entries = []   # (opcode, entries in the open batch's log) after each LOOKUP and UPDATE
+    entries = []   # (opcode, entries in the open batch's log, phase) after LOOKUP and UPDATE
 
     async def run_and_look(opcode, **fields):
         completion = await run(opcode, **fields)
         if opcode in (Opcode.LOOKUP, Opcode.UPDATE):
-            entries.append((opcode, (await driver.checkpoint_status())["log_batch_entries"]))
+            status = await driver.checkpoint_status()
+            entries.append((opcode, status["log_batch_entries"],
+                            CheckpointPhase(status["phase"])))
         return completion
 
     driver.run = run_and_look
@@ -213,8 +215,28 @@ async def sync_log_training_stays_bit_exact(dut):
     assert not checked.failures, checked.failures
     status = await driver.checkpoint_status()
     assert status["last_committed"] == 1 and status["phase"] == CheckpointPhase.IDLE.value
-    assert [opcode for opcode, _ in entries] == [Opcode.LOOKUP, Opcode.UPDATE] * 2, entries
-    assert all(n == 0 for opcode, n in entries if opcode == Opcode.LOOKUP), entries
-    assert all(n > 0 for opcode, n in entries if opcode == Opcode.UPDATE), entries
+    assert [opcode for opcode, _, _ in entries] == [Opcode.LOOKUP, Opcode.UPDATE] * 2, entries
+    assert all(n > 0 for opcode, n, _ in entries if opcode == Opcode.UPDATE), entries
     counters = await driver.counters()
-    assert counters["ckpt_log_entries"] == sum(n for _, n in entries), (counters, entries)
+    assert counters["ckpt_log_entries"] == sum(n for op, n, _ in entries
+                                               if op == Opcode.UPDATE), (counters, entries)
+    return entries
+
+
+@cocotb.test()
+async def at_update_training_stays_bit_exact(dut):
+    """CKPT_CONTROL.log_mode AT_UPDATE: LOOKUP logs nothing, UPDATE replays it and takes the
+    undo log before updating: two batches bit-exact and committed, the log written by the
+    UPDATEs."""
+    entries = await _train_two_batches(dut, LogMode.AT_UPDATE)
+    assert all(n == 0 for opcode, n, _ in entries if opcode == Opcode.LOOKUP), entries
+
+
+@cocotb.test()
+async def after_lookup_training_stays_bit_exact(dut):
+    """CKPT_CONTROL.log_mode AFTER_LOOKUP: LOOKUP's status comes back before anything is
+    logged and the replay that takes the log is running when the host looks: two batches
+    bit-exact and committed."""
+    entries = await _train_two_batches(dut, LogMode.AFTER_LOOKUP)
+    lookups = [(n, phase) for opcode, n, phase in entries if opcode == Opcode.LOOKUP]
+    assert all(phase == CheckpointPhase.REPLAY for _, phase in lookups), entries

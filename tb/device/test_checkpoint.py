@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.sim, pytest.mark.skipif(
     reason="the device is built without the checkpoint engine (hw/ckpt/engine.py missing)")]
 
 MODULE = "tb.device.cocotb_checkpoint"
-TESTS = 7
+TESTS = 8
 
 
 def test_checkpointing_device():

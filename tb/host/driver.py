@@ -23,6 +23,7 @@ import numpy as np
 from cocotb.triggers import RisingEdge, with_timeout
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiResp
 
+from hw.ckpt.layouts import LogMode
 from hw.csr import RegisterDriver, RegisterMap
 from hw.cxl.hdm import decoder_fields
 from hw.device_regs import ENGINE_COUNTERS, ERRORS, MAGIC, VERSION
@@ -319,16 +320,18 @@ class DeviceDriver:
 
     # --- checkpointing -------------------------------------------------------------------------
     async def configure_checkpoint(self, *, meta, log, snapshots, interval: int,
-                                   logging: bool = True, sync_log: bool = False) -> None:
+                                   logging: bool = True,
+                                   log_mode: LogMode = LogMode.ON_LOOKUP) -> None:
         """The checkpoint engine's regions ``(base, size)``, snapshot interval K, logging
-        switch and undo-log mode (``sync_log``: taken at UPDATE time, see
-        ``hw.ckpt.engine``); the regions must hold still from RECOVER on."""
+        switch and when the undo log is taken (``log_mode``, see ``hw.ckpt.engine``); the
+        regions must hold still from RECOVER on."""
         for name, (base, size) in (("META", meta), ("LOG", log), ("SNAPSHOT0", snapshots[0]),
                                    ("SNAPSHOT1", snapshots[1])):
             await self._write_wide(f"CKPT_{name}_BASE", "address", base)
             await self._write_wide(f"CKPT_{name}_SIZE", "size", size)
         await self.write("CKPT_INTERVAL", interval=interval)
-        await self.write("CKPT_CONTROL", logging_enable=int(logging), sync_log=int(sync_log))
+        await self.write("CKPT_CONTROL", logging_enable=int(logging),
+                         log_mode=LogMode(log_mode).value)
 
     async def checkpoint_status(self) -> dict[str, int]:
         status = await self.read("CKPT_STATUS")

@@ -34,6 +34,7 @@ import cocotb
 import numpy as np
 from cocotb.simtime import get_sim_time
 
+from hw.ckpt.layouts import LogMode
 from hw.emb.layouts import LINE_BYTES, Opcode, PoolingMode
 from sw_model.checkpoint import is_snapshot_batch
 from sw_model.data import Batch, make_batch
@@ -192,10 +193,11 @@ class HostTrainer:
         return self.hpa_base + dpa
 
     # --- setup ----------------------------------------------------------------------------
-    async def configure(self, *, logging: bool = True, sync_log: bool = False) -> None:
+    async def configure(self, *, logging: bool = True,
+                        log_mode: LogMode = LogMode.ON_LOOKUP) -> None:
         """Table descriptors, engine regions, learning rate. With checkpointing: its regions
         (the device closes metadata and log to the host), interval K, ``logging`` and
-        ``sync_log`` (the undo log taken at UPDATE time, ``CKPT_CONTROL.sync_log``);
+        ``log_mode`` (when the undo log is taken, ``CKPT_CONTROL.log_mode``);
         without: the whole reserved region closed to the host."""
         p, plan = self.preset, self.plan
         mode = _MODES[p.pooling]
@@ -207,7 +209,7 @@ class HostTrainer:
         if self.checkpointing:
             await self.driver.configure_checkpoint(
                 meta=plan.meta_region, log=plan.log_region, snapshots=plan.snapshot_regions,
-                interval=p.snapshot_interval, logging=logging, sync_log=sync_log)
+                interval=p.snapshot_interval, logging=logging, log_mode=log_mode)
             await self.driver.protect([])
         else:
             await self.driver.protect([plan.reserved_region])

@@ -33,6 +33,9 @@ def _raw():
                                   "snapshot_lines_per_k": 10},
             "nmp_sync_log": {"batches": _nmp_batches(1200, 300),
                              "counters": {"log_entries": 40}, "snapshot_lines_per_k": 10},
+            "nmp_log_after_lookup": {"batches": _nmp_batches(1005, 300),
+                                     "counters": {"log_entries": 40},
+                                     "snapshot_lines_per_k": 10},
             "host_gather": {"batches": host},
         },
         "recovery": {"batch": 1, "recovery_cycles": 200, "restored_entries": 8,
@@ -69,6 +72,11 @@ def test_report_files_and_ratios(tmp_path):
     assert entry["ratios"]["recovery_speedup"] == pytest.approx(500)
     assert entry["ratios"]["ft_overhead_trainingcxl"] is None
     assert entry["ratios"]["ft_overhead_nmp_sync_log"] == pytest.approx(0.2)
+    assert entry["ratios"]["ft_overhead_nmp_log_after_lookup"] == pytest.approx(0.005)
+    assert entry["ratios"]["speedup_nmp_log_after_lookup_vs_host_gather"] == \
+        pytest.approx(2594 / 1005)
+    markdown = (tmp_path / "results.md").read_text()
+    assert "nmp_log_after_lookup 0.50%" in markdown and "nmp_sync_log 20.00%" in markdown
     assert "| trainingcxl | not implemented in RTL | -- |" in (tmp_path / "results.md").read_text()
 
 

@@ -17,6 +17,7 @@ from hw.ckpt.layouts import (
     GROUP_HEADER_LAYOUT,
     SNAPSHOT_LAYOUT,
     SUPERBLOCK_LAYOUT,
+    LogMode,
     MetaLine,
     record_valid,
     unpack,
@@ -34,6 +35,14 @@ META_LINE = 512
 LOG_LINE = 640          # 64 lines: 2 areas of 4 groups (28 entries each)
 LOG_LINES = 64
 SLOT_LINES = (768, 896)
+
+# The stand-in engine's script of the checkpoint tests: LOOKUP reads a duplicate and a line
+# outside the tables (neither is logged).
+LOOKUP_LINES = [TABLE_LINE + 3, BUFFER_LINE, TABLE_LINE + 5, TABLE_LINE + 3,  # 3 again: dup
+                TABLE1_LINE + 2 * 4, TABLE1_LINE + 2 * 4 + 1, TABLE_LINE + 31]
+LOGGED = [TABLE_LINE + 3, TABLE_LINE + 5, TABLE1_LINE + 8, TABLE1_LINE + 9, TABLE_LINE + 31]
+UPDATE_LINES = [TABLE_LINE + 3, TABLE_LINE + 5, TABLE1_LINE + 8, TABLE1_LINE + 9,
+                TABLE_LINE + 31]
 
 
 class Rig(wiring.Component):
@@ -56,7 +65,7 @@ class Rig(wiring.Component):
         return m
 
 
-def configure(ctx, ckpt, *, interval=4, logging=True, sync_log=False):
+def configure(ctx, ckpt, *, interval=4, logging=True, log_mode=LogMode.ON_LOOKUP):
     region = region_layout(ADDR_WIDTH)
     ctx.set(ckpt.meta_region, region.const({"base": META_LINE * 64, "size": 8 * 64}))
     ctx.set(ckpt.log_region, region.const({"base": LOG_LINE * 64, "size": LOG_LINES * 64}))
@@ -64,7 +73,7 @@ def configure(ctx, ckpt, *, interval=4, logging=True, sync_log=False):
         ctx.set(ckpt.snapshot_regions[slot], region.const({"base": line * 64, "size": 64 * 64}))
     ctx.set(ckpt.snapshot_interval, interval)
     ctx.set(ckpt.logging_enable, int(logging))
-    ctx.set(ckpt.sync_log, int(sync_log))
+    ctx.set(ckpt.log_mode, log_mode)
     tables = [{"base": TABLE_LINE * 64, "rows": 32, "dim": 16, "mode": 0},
               {"base": TABLE1_LINE * 64, "rows": 16, "dim": 32, "mode": 0}]
     for t, table in enumerate(tables):
@@ -277,3 +286,33 @@ async def power_cycle(ctx, rig, *, seed=1, keep=128):
     await ctx.delay(2e-6)  # (a tick would raise DomainReset while the reset is held)
     ctx.set(rig.domain.rst, 0)
     await ctx.tick()
+
+
+async def load_tables(ctx, memory):
+    for line in range(TABLE_LINE, TABLE_LINE + 32):
+        await backdoor_write(ctx, memory, line, line_value(line))
+    for line in range(TABLE1_LINE, TABLE1_LINE + 32):
+        await backdoor_write(ctx, memory, line, line_value(line))
+
+
+async def table_image(ctx, memory):
+    return {line: await backdoor_read(ctx, memory, line)
+            for line in [*range(TABLE_LINE, TABLE_LINE + 32),
+                         *range(TABLE1_LINE, TABLE1_LINE + 32)]}
+
+
+def simulate_with_monitor(rig, host, monitor, script):
+    ckpt = rig.ckpt
+
+    async def engine(ctx):
+        await fake_engine(ctx, ckpt, script)
+
+    async def watch(ctx):
+        await monitor(ctx)
+
+    simulate(rig, host, processes=[engine, watch])
+
+
+def lookups_and_updates(script):
+    """The opcodes the stand-in engine received, in order (a replay is a second LOOKUP)."""
+    return [opcode for opcode, _ in script.commands]

@@ -6,23 +6,26 @@ idempotent recovery, snapshots, refusals, GPF and the pass-through mode."""
 
 import pytest
 from ckpt_fixtures import (
-    BUFFER_LINE,
     LOG_LINE,
+    LOGGED,
+    LOOKUP_LINES,
     META_LINE,
-    TABLE1_LINE,
     TABLE_LINE,
+    UPDATE_LINES,
     EngineScript,
     Rig,
     backdoor_read,
-    backdoor_write,
     command,
     configure,
     fake_engine,
     line_value,
+    load_tables,
     power_cycle,
     read_group,
     read_meta,
     simulate,
+    simulate_with_monitor,
+    table_image,
 )
 
 from hw.ckpt.engine import CheckpointEngine
@@ -34,25 +37,6 @@ from hw.ckpt.layouts import (
     OwnWrite,
 )
 from hw.emb.layouts import ErrorCode, Opcode
-
-LOOKUP_LINES = [TABLE_LINE + 3, BUFFER_LINE, TABLE_LINE + 5, TABLE_LINE + 3,  # 3 again: dup
-                TABLE1_LINE + 2 * 4, TABLE1_LINE + 2 * 4 + 1, TABLE_LINE + 31]
-LOGGED = [TABLE_LINE + 3, TABLE_LINE + 5, TABLE1_LINE + 8, TABLE1_LINE + 9, TABLE_LINE + 31]
-UPDATE_LINES = [TABLE_LINE + 3, TABLE_LINE + 5, TABLE1_LINE + 8, TABLE1_LINE + 9,
-                TABLE_LINE + 31]
-
-
-async def load_tables(ctx, memory):
-    for line in range(TABLE_LINE, TABLE_LINE + 32):
-        await backdoor_write(ctx, memory, line, line_value(line))
-    for line in range(TABLE1_LINE, TABLE1_LINE + 32):
-        await backdoor_write(ctx, memory, line, line_value(line))
-
-
-async def table_image(ctx, memory):
-    return {line: await backdoor_read(ctx, memory, line)
-            for line in [*range(TABLE_LINE, TABLE_LINE + 32),
-                         *range(TABLE1_LINE, TABLE1_LINE + 32)]}
 
 
 def test_parameters_are_validated_with_exact_messages():
@@ -134,18 +118,6 @@ def test_one_batch_logs_flags_updates_and_commits_in_order():
         assert max(engine_bs) < commit_aw
 
     simulate_with_monitor(rig, host, monitor, script)
-
-
-def simulate_with_monitor(rig, host, monitor, script):
-    ckpt = rig.ckpt
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
-
-    async def watch(ctx):
-        await monitor(ctx)
-
-    simulate(rig, host, processes=[engine, watch])
 
 
 @pytest.mark.parametrize(("seed", "keep"), [(1, 0), (2, 128), (3, 255)])
@@ -375,275 +347,5 @@ def test_failed_update_needs_recovery():
         await command(ctx, ckpt, Opcode.RECOVER, 0)
         assert ctx.get(ckpt.rolled_back) == 1
         assert await table_image(ctx, memory) == before
-
-    simulate(rig, host, processes=[engine])
-
-
-# --- sync_log: the undo log taken at UPDATE time by replaying LOOKUP ---------------------------
-
-def lookups_and_updates(script):
-    return [opcode for opcode, _ in script.commands]
-
-
-def test_sync_log_replays_the_lookup_at_update_and_logs_the_same_entries():
-    rig = Rig()
-    ckpt, memory = rig.ckpt, rig.memory
-    script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
-    own_writes = []   # (cycle, kind, line) at the memory-side AW handshake
-    b_responses = []  # (cycle, kind)
-    phases = set()
-
-    async def monitor(ctx):
-        cycle = 0
-        async for _, _, awv, awr, awid, awaddr, bv, br, bid, phase in ctx.tick().sample(
-                ckpt.axi.awvalid, ckpt.axi.awready, ckpt.axi.awid, ckpt.axi.awaddr,
-                ckpt.axi.bvalid, ckpt.axi.bready, ckpt.axi.bid, ckpt.phase):
-            cycle += 1
-            phases.add(phase)
-            if awv and awr:
-                own_writes.append((cycle, awid - 12 if awid >= 12 else None, awaddr // 64))
-            if bv and br:
-                b_responses.append((cycle, bid - 12 if bid >= 12 else None))
-
-    async def host(ctx):
-        configure(ctx, ckpt, sync_log=True)
-        await load_tables(ctx, memory)
-        before = await table_image(ctx, memory)
-        assert (await command(ctx, ckpt, Opcode.RECOVER, 0)).error == ErrorCode.NONE
-        writes_before = ctx.get(ckpt.counters.own_writes)
-
-        status = await command(ctx, ckpt, Opcode.LOOKUP, 0)
-        assert status.error == ErrorCode.NONE and status.opcode == Opcode.LOOKUP
-        # Nothing is logged during LOOKUP; the batch is open all the same.
-        assert ctx.get(ckpt.log_open) == 1 and ctx.get(ckpt.log_batch) == 0
-        assert ctx.get(ckpt.counters.log_entries) == 0 and ctx.get(ckpt.log_entries) == 0
-        assert ctx.get(ckpt.counters.own_writes) == writes_before
-        assert CheckpointPhase.REPLAY not in phases
-        output = await backdoor_read(ctx, memory, BUFFER_LINE + 8)
-        assert output == (0xABCD).to_bytes(64, "little")
-        # The host puts its gradient where the pooled output was: the replay must not
-        # overwrite it.
-        await backdoor_write(ctx, memory, BUFFER_LINE + 8, 0x6A6A)
-
-        status = await command(ctx, ckpt, Opcode.UPDATE, 0)
-        assert status.error == ErrorCode.NONE, ctx.get(ckpt.error)
-        assert status.opcode == Opcode.UPDATE and status.batch == 0
-        assert lookups_and_updates(script) == [Opcode.LOOKUP, Opcode.LOOKUP, Opcode.UPDATE]
-        assert script.commands[1] == (Opcode.LOOKUP, 0)
-        assert CheckpointPhase.REPLAY in phases
-        assert ctx.get(ckpt.last_committed) == 0 and ctx.get(ckpt.log_open) == 0
-        assert ctx.get(ckpt.counters.log_entries) == len(LOGGED)
-        assert ctx.get(ckpt.counters.log_duplicates) == 1
-        assert await backdoor_read(ctx, memory, BUFFER_LINE + 8) == \
-            (0x6A6A).to_bytes(64, "little")
-
-        header, data = await read_group(ctx, memory, area=0, group=0)
-        assert header.batch == 0 and header.count == len(LOGGED)
-        assert [int(header.lines[k]) for k in range(len(LOGGED))] == LOGGED
-        for k, line in enumerate(LOGGED):
-            assert data[k] == before[line], f"entry {k}: old value of line {line}"
-        meta = await read_meta(ctx, memory)
-        valid, flag = meta["flag0"]
-        assert valid and flag.state == FlagState.SET and flag.entries == len(LOGGED)
-        assert meta["commit"][1].batch == 0
-        for line in UPDATE_LINES:
-            assert await backdoor_read(ctx, memory, line) == \
-                line_value(line, 100).to_bytes(64, "little")
-
-        # Ordering at the memory port (invariants 1-3), and the replay wrote nothing.
-        log_aws = [c for c, k, _ in own_writes if k == OwnWrite.LOG.value]
-        flag_aw = next(c for c, k, _ in own_writes if k == OwnWrite.FLAG.value)
-        commit_aw = next(c for c, k, _ in own_writes if k == OwnWrite.COMMIT.value)
-        engine_aws = [(c, line) for c, k, line in own_writes if k is None]
-        assert [line for _, line in engine_aws] == [BUFFER_LINE + 8, *UPDATE_LINES]
-        assert len(log_aws) == len(LOGGED) + 1  # entries + the header
-        assert max(c for c, k in b_responses if k == OwnWrite.LOG.value) < flag_aw
-        assert max(c for c, k in b_responses if k == OwnWrite.FLAG.value) \
-            < min(c for c, _ in engine_aws[1:])
-        assert max(c for c, k in b_responses if k is None) < commit_aw
-
-    simulate_with_monitor(rig, host, monitor, script)
-
-
-def test_sync_log_failed_replay_refuses_the_update_and_changes_nothing():
-    rig = Rig()
-    ckpt, memory = rig.ckpt, rig.memory
-    # LOOKUP(0) succeeds, its replay by the first UPDATE(0) fails, the second replay works.
-    script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES,
-                          lookup_errors=(1,))
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
-
-    async def host(ctx):
-        configure(ctx, ckpt, sync_log=True)
-        await load_tables(ctx, memory)
-        before = await table_image(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
-        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
-        status = await command(ctx, ckpt, Opcode.UPDATE, 0)
-        assert status.error == ErrorCode.BAD_OPCODE and status.opcode == Opcode.UPDATE
-        assert ctx.get(ckpt.error) == CheckpointError.REPLAY_FAILED
-        assert lookups_and_updates(script) == [Opcode.LOOKUP, Opcode.LOOKUP]
-        assert ctx.get(ckpt.phase) == CheckpointPhase.IDLE and ctx.get(ckpt.attached) == 1
-        assert ctx.get(ckpt.last_committed) == NO_BATCH and ctx.get(ckpt.log_open) == 1
-        await ctx.tick().repeat(200)   # what the failed replay logged drains
-        assert await table_image(ctx, memory) == before
-        meta = await read_meta(ctx, memory)
-        assert meta["flag0"][1].state == FlagState.CLEAR
-        assert meta["commit"][1].batch == NO_BATCH
-        # A power failure now loses nothing: there is nothing to roll back.
-        await power_cycle(ctx, rig, seed=4, keep=128)
-        assert (await command(ctx, ckpt, Opcode.RECOVER, 0)).error == ErrorCode.NONE
-        assert ctx.get(ckpt.last_committed) == NO_BATCH and ctx.get(ckpt.rolled_back) == 0
-        assert await table_image(ctx, memory) == before
-        # Batch 0 again: LOOKUP, UPDATE (replays once more) commits.
-        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
-        status = await command(ctx, ckpt, Opcode.UPDATE, 0)
-        assert status.error == ErrorCode.NONE, ctx.get(ckpt.error)
-        assert ctx.get(ckpt.last_committed) == 0
-        assert lookups_and_updates(script)[-3:] == [Opcode.LOOKUP, Opcode.LOOKUP, Opcode.UPDATE]
-
-    simulate(rig, host, processes=[engine])
-
-
-def test_sync_log_failed_replay_then_retried_update_commits():
-    rig = Rig()
-    ckpt, memory = rig.ckpt, rig.memory
-    script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES,
-                          lookup_errors=(1,))
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
-
-    async def host(ctx):
-        configure(ctx, ckpt, sync_log=True)
-        await load_tables(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
-        await command(ctx, ckpt, Opcode.LOOKUP, 0)
-        assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.BAD_OPCODE
-        status = await command(ctx, ckpt, Opcode.UPDATE, 0)   # the batch is still open
-        assert status.error == ErrorCode.NONE, ctx.get(ckpt.error)
-        assert ctx.get(ckpt.last_committed) == 0
-        meta = await read_meta(ctx, memory)
-        assert meta["flag0"][1].entries == len(LOGGED)
-        header, _ = await read_group(ctx, memory, area=0, group=0)
-        assert header.count == len(LOGGED)
-
-    simulate(rig, host, processes=[engine])
-
-
-def test_sync_log_is_sampled_when_the_lookup_is_accepted():
-    rig = Rig()
-    ckpt, memory = rig.ckpt, rig.memory
-    script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
-
-    async def host(ctx):
-        configure(ctx, ckpt)
-        await load_tables(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
-        # Batch 0: logged on lookup; sync_log set before UPDATE(0) changes nothing for it.
-        await command(ctx, ckpt, Opcode.LOOKUP, 0)
-        assert ctx.get(ckpt.counters.log_entries) == len(LOGGED)
-        ctx.set(ckpt.sync_log, 1)
-        assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.NONE
-        assert lookups_and_updates(script) == [Opcode.LOOKUP, Opcode.UPDATE]
-        assert ctx.get(ckpt.counters.log_entries) == len(LOGGED)
-        # Batch 1: synchronous; clearing sync_log before UPDATE(1) still replays.
-        await command(ctx, ckpt, Opcode.LOOKUP, 1)
-        assert ctx.get(ckpt.counters.log_entries) == len(LOGGED)
-        ctx.set(ckpt.sync_log, 0)
-        assert (await command(ctx, ckpt, Opcode.UPDATE, 1)).error == ErrorCode.NONE
-        assert lookups_and_updates(script)[2:] == [Opcode.LOOKUP, Opcode.LOOKUP, Opcode.UPDATE]
-        assert ctx.get(ckpt.counters.log_entries) == 2 * len(LOGGED)
-        assert ctx.get(ckpt.last_committed) == 1
-        meta = await read_meta(ctx, memory)
-        assert meta["flag1"][1].batch == 1 and meta["flag1"][1].entries == len(LOGGED)
-        # Batch 2 with sync_log clear: logged on lookup again.
-        await command(ctx, ckpt, Opcode.LOOKUP, 2)
-        assert ctx.get(ckpt.counters.log_entries) == 3 * len(LOGGED)
-        assert (await command(ctx, ckpt, Opcode.UPDATE, 2)).error == ErrorCode.NONE
-        assert lookups_and_updates(script)[5:] == [Opcode.LOOKUP, Opcode.UPDATE]
-
-    simulate(rig, host, processes=[engine])
-
-
-@pytest.mark.parametrize("where", ["replay", "after_flag"])
-def test_sync_log_power_failure_during_update_rolls_back(where):
-    """Power fails while UPDATE(0) replays LOOKUP(0) (no flag yet: nothing to roll back), or
-    after the flag while rows are written in place (rolled back from the synchronous log)."""
-    rig = Rig()
-    ckpt, memory = rig.ckpt, rig.memory
-    script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
-
-    async def host(ctx):
-        configure(ctx, ckpt, sync_log=True)
-        await load_tables(ctx, memory)
-        before = await table_image(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
-        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
-        ctx.set(ckpt.cmd.payload.opcode, Opcode.UPDATE)
-        ctx.set(ckpt.cmd.payload.batch, 0)
-        ctx.set(ckpt.cmd.valid, 1)
-        await ctx.tick().until(ckpt.cmd.ready)
-        ctx.set(ckpt.cmd.valid, 0)
-        if where == "replay":
-            # Some of the replay's reads have been issued; part of the log may be written.
-            while sum(1 for _, kind, _ in script.events if kind == "ar") < \
-                    len(LOOKUP_LINES) + 3:
-                await ctx.tick()
-            assert ctx.get(ckpt.phase) == CheckpointPhase.REPLAY
-        else:
-            while sum(1 for _, kind, _ in script.events if kind == "aw") < 3:
-                await ctx.tick()
-            assert ctx.get(ckpt.phase) == CheckpointPhase.UPDATE
-        await power_cycle(ctx, rig, seed=7, keep=128)
-        status = await command(ctx, ckpt, Opcode.RECOVER, 0)
-        assert status.error == ErrorCode.NONE
-        assert ctx.get(ckpt.last_committed) == NO_BATCH
-        if where == "replay":
-            assert ctx.get(ckpt.rolled_back) == 0
-        else:
-            assert ctx.get(ckpt.rolled_back) == 1
-            assert ctx.get(ckpt.restored_entries) == len(LOGGED)
-        assert await table_image(ctx, memory) == before
-        # Training resumes at batch 0, still synchronous (the input holds).
-        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
-        assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.NONE
-        assert ctx.get(ckpt.last_committed) == 0
-
-    simulate(rig, host, processes=[engine])
-
-
-def test_sync_log_refuses_update_without_its_lookup():
-    rig = Rig()
-    ckpt, memory = rig.ckpt, rig.memory
-    script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
-
-    async def host(ctx):
-        configure(ctx, ckpt, sync_log=True)
-        await load_tables(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
-        for batch in (0, 1):
-            status = await command(ctx, ckpt, Opcode.UPDATE, batch)
-            assert status.error == ErrorCode.BAD_OPCODE
-            assert ctx.get(ckpt.error) == CheckpointError.OUT_OF_ORDER
-        await command(ctx, ckpt, Opcode.LOOKUP, 0)
-        assert (await command(ctx, ckpt, Opcode.UPDATE, 1)).error == ErrorCode.BAD_OPCODE
-        assert ctx.get(ckpt.error) == CheckpointError.OUT_OF_ORDER
-        assert lookups_and_updates(script) == [Opcode.LOOKUP]
-        assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.NONE
-        # UPDATE(0) again: the batch is closed.
-        assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.BAD_OPCODE
-        assert ctx.get(ckpt.error) == CheckpointError.OUT_OF_ORDER
 
     simulate(rig, host, processes=[engine])

@@ -3,6 +3,7 @@ its place in the top registry. Its behaviour is tested in Verilator (tb/device).
 
 import pytest
 
+from hw.ckpt.layouts import LogMode
 from hw.csr import Access
 from hw.device import TrainingCxlDevice, checkpoint_engine_available, device_params
 from hw.tops import TOPS, designs_for
@@ -64,9 +65,9 @@ def test_checkpointing_ports_and_registers():
             "CKPT_SNAPSHOT1_BASE_0", "CKPT_STATUS", "LAST_COMMITTED", "SNAPSHOT_BATCH",
             "RECOVERY_CYCLES", "GPF_DRAIN_CYCLES", "CKPT_LOG_ENTRIES"} <= names
     assert device.register_map["CKPT_CONTROL"].fields[0].init == 1   # logging on by default
-    sync_log = device.register_map["CKPT_CONTROL"].fields[1]
-    assert (sync_log.name, sync_log.width, sync_log.access, sync_log.init) == \
-        ("sync_log", 1, Access.RW, 0)                                   # log-on-lookup default
+    log_mode = device.register_map["CKPT_CONTROL"].fields[1]
+    assert (log_mode.name, log_mode.width, log_mode.access, log_mode.init) == \
+        ("log_mode", 2, Access.RW, LogMode.ON_LOOKUP.value)             # log-on-lookup default
     assert device.register_map.addr_width <= 12
 
 
