@@ -1,10 +1,11 @@
 """cocotb side of the crash campaign (``python -m tb.ckpt.crash``): many power failures in one
 simulator process.
 
-Training runs go through the preset's batches, each run with the undo log taken during LOOKUP,
-at UPDATE or right after LOOKUP in the background (``$CRASH_SPEC``'s ``log_mode``: ``lookup``,
-``sync``, ``after`` or ``mixed``: runs rotate through the three, the first one's mode drawn
-from the seed); before each trial a few
+Training runs go through the preset's batches; each trial's batches run with the undo log taken
+during LOOKUP, at UPDATE or right after LOOKUP in the background (``$CRASH_SPEC``'s
+``log_mode``: ``lookup``, ``sync``, ``after`` or ``mixed``: trials rotate through the three,
+the first one's mode drawn from the seed, so a run changes mode between batches as a host
+may); before each trial a few
 batches train normally, then power fails at a seeded point (a step of a batch, a delay into it
 or into a device phase, tearing odds, sometimes a second failure during RECOVER), the device
 recovers, and the recovered memory is checked bit for bit against the golden state of the path
@@ -85,13 +86,15 @@ async def campaign(dut):
     started, first_ns = time.monotonic(), get_sim_time("ns")
     log = dut._log.info
     modes = _log_mode_draw(spec)
-    log_mode = next(modes)
+    log_mode = LogMode.ON_LOOKUP
     trainer = await _fresh_run(device, preset, layout, params, log, log_mode)
     oracle = CheckpointOracle(preset, max_unique_rows=params["max_unique_rows"])
     first_failure_of_run = True
     trials, runs, final_checks = [], 1, 0
     for index in range(spec["trials"]):
         entry = {"trial": index}
+        log_mode = next(modes)
+        device.set_log_mode(log_mode)
         try:
             # Train 0..2 batches normally (or up to the next snapshot batch, a third of the
             # time), then fail in the next one.
@@ -111,7 +114,6 @@ async def campaign(dut):
                 final_checks += 1
                 runs += 1
                 first_failure_of_run = True
-                log_mode = next(modes)
                 trainer = await _fresh_run(device, preset, layout, params, log, log_mode)
             batch = trainer.next_batch
             plan = random_plan(draw, batch, preset.snapshot_interval)
@@ -167,7 +169,6 @@ async def campaign(dut):
             await device.power_cycle(seed=1, keep=0)
             runs += 1
             first_failure_of_run = True
-            log_mode = next(modes)
             trainer = await _fresh_run(device, preset, layout, params, log, log_mode)
         trials.append(entry)
         if (index + 1) % 10 == 0:

@@ -9,7 +9,7 @@ itself) with torn writes from the PMEM model, recovers, checks the recovered tab
 snapshot bit for bit, and resumes training (see ``tb.ckpt.cocotb_crash``). ``--log-mode``
 chooses when the undo log is taken (``CKPT_CONTROL.log_mode``): during LOOKUP (``lookup``), at
 UPDATE (``sync``) or in the background right after LOOKUP (``after``), the last two with
-failures aimed at their REPLAY phase too, or all three, training runs rotating (``mixed``, the
+failures aimed at their REPLAY phase too, or all three, trials rotating (``mixed``, the
 default). All trials run in one simulator process on the one Verilator build the checkpoint
 tests share.
 
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     parser.add_argument("--log-mode", default="mixed",
                         choices=("lookup", "sync", "after", "mixed"),
                         help="undo log during LOOKUP, at UPDATE, right after LOOKUP, or "
-                             "training runs rotating through the three (default)")
+                             "trials rotating through the three (default)")
     parser.add_argument("--output", default=str(BUILD_ROOT / "crash" / "results.json"))
     args = parser.parse_args(argv)
     if args.trials < 1:

@@ -145,7 +145,11 @@ class Device:
              for base in layout.slots]).as_bits()
         dut.snapshot_interval.value = preset.snapshot_interval
         dut.logging_enable.value = int(logging)
-        dut.log_mode.value = LogMode(log_mode).value
+        self.set_log_mode(log_mode)
+
+    def set_log_mode(self, log_mode: LogMode):
+        """When the undo log is taken, from the next LOOKUP on (the engine samples it there)."""
+        self.dut.log_mode.value = LogMode(log_mode).value
 
     # --- backdoor ------------------------------------------------------------------------------
     async def write(self, address: int, payload: bytes, *, stop: Event | None = None):
