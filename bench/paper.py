@@ -406,9 +406,9 @@ def print_summary(results: dict):
         for mode in MODES:
             e = entry["modes"][mode]
             if e["status"] != "measured":
-                print(f"  {mode:18s} {e['status']}")
+                print(f"  {mode:20s} {e['status']}")
                 continue
-            print(f"  {mode:18s} {e['cycles_per_batch']:10.0f} cycles/batch  "
+            print(f"  {mode:20s} {e['cycles_per_batch']:10.0f} cycles/batch  "
                   f"{_fmt(e.get('speedup_vs_host_gather'), '.2f')}x vs host_gather  "
                   f"{e['link_bytes_per_batch']:10.0f} link bytes/batch")
         r = entry["ratios"]
