@@ -281,8 +281,10 @@ def _add_checkpoint_registers(regmap, c):
                      "replay's output writes are dropped) while logging the old rows, then "
                      "seals, flags, updates and commits as usual. 2 AFTER_LOOKUP: the same "
                      "replay starts as soon as LOOKUP(N)'s status is out and runs while the "
-                     "host works; commands wait for it. 3 is reserved (LOOKUP is refused with "
-                     "BAD_CONFIG). Sampled when LOOKUP(N) is accepted and held for batch N."))
+                     "host works; commands wait for it. 3 LOOKUP_THEN_REPLAY: as ON_LOOKUP but the "
+                     "lookup is never held up (entries that find the tap's buffer full are "
+                     "dropped); a background replay after LOOKUP(N)'s status logs the missing "
+                     "ones. Sampled when LOOKUP(N) is accepted and held for batch N."))
     regmap.add("CKPT_INTERVAL", "Snapshot interval K: SNAPSHOT(N) needs (N + 1) % K == 0 "
                "(0: any batch).", Field("interval", 32, rw, ""))
     for name, doc in (("META", "metadata (superblock, commit record, batch flags, snapshot "

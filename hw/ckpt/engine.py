@@ -37,8 +37,7 @@ When the undo log is taken (``log_mode``)
 -----------------------------------------
 ``log_mode`` (:class:`~hw.ckpt.layouts.LogMode`) is sampled when LOOKUP(N) is accepted and holds
 for batch N: UPDATE(N) always follows the mode of its LOOKUP, so a batch is never left with
-half a log. It only matters with ``logging_enable`` set; the reserved value 3 refuses LOOKUP
-with ``BAD_CONFIG``.
+half a log. It only matters with ``logging_enable`` set.
 
 * ``ON_LOOKUP`` (above): the tap logs LOOKUP(N)'s own table reads. No row is read twice, but
   LOOKUP runs at the pace of the log's writes once the tap's buffer is full.
@@ -71,6 +70,14 @@ with ``BAD_CONFIG``.
   Reads the host makes meanwhile see the tables as LOOKUP(N) left them (only the log and the
   dropped output writes are the replay's), and the host writing the gradient buffer races
   nothing.
+* ``LOOKUP_THEN_REPLAY``: the tap logs LOOKUP(N)'s reads as ``ON_LOOKUP`` does, but *lossy*: it
+  never holds the read data, and an entry that finds its buffer full is dropped (and not
+  remembered by the duplicate filter). LOOKUP(N) so runs as fast as unlogged while the log's
+  writes start at once. After its status, if anything was dropped, the replay of
+  ``AFTER_LOOKUP`` runs in the background *without restarting the log*: the filter skips the
+  lines already logged, so it logs the missing ones (and any the filter forgot, harmless
+  duplicates). Failures are handled as for ``AFTER_LOOKUP``: UPDATE(N) then replays with a
+  fresh log, as ``AT_UPDATE``.
 
 The embedding engine's own counters count a replayed LOOKUP as a second lookup.
 
@@ -399,8 +406,8 @@ class CheckpointEngine(wiring.Component):
         lookup_command = Signal(command_layout(aw))  # the last LOOKUP's (a replay repeats it)
         batch_log_mode = Signal(LogMode)  # log_mode as sampled when the open batch's LOOKUP came
         replay_pending = Signal()  # AFTER_LOOKUP: LOOKUP(N)'s status is out, its replay is next
-        replay_background = Signal()  # the running replay is AFTER_LOOKUP's (no command waits)
-        log_taken = Signal()       # AFTER_LOOKUP: the background replay logged the whole batch
+        replay_background = Signal()  # the running replay is a background one (no command waits)
+        log_taken = Signal()       # the background replay logged the whole batch
         reply = Signal(status_layout())
         error = Signal(CheckpointError)
         attached = Signal()
@@ -557,6 +564,10 @@ class CheckpointEngine(wiring.Component):
 
         batch = command.batch
         next_batch = (last_committed + 1)[:32]
+        # The modes whose log is (also) taken by a replay right after LOOKUP's status.
+        background_mode = ((batch_log_mode == LogMode.AFTER_LOOKUP)
+                           | (batch_log_mode == LogMode.LOOKUP_THEN_REPLAY))
+        lossy_mode = batch_log_mode == LogMode.LOOKUP_THEN_REPLAY
 
         with m.FSM(name="control"):
             with m.State("Idle"):
@@ -592,18 +603,14 @@ class CheckpointEngine(wiring.Component):
                             with m.Elif(n != next_batch):
                                 refuse(CheckpointError.OUT_OF_ORDER)
                             with m.Elif(payload.opcode == Opcode.LOOKUP):
-                                with m.If(self.log_mode.as_value() == 3):
-                                    refuse(CheckpointError.BAD_CONFIG)
-                                with m.Else():
-                                    m.d.sync += [lookup_command.eq(payload),
-                                                 batch_log_mode.eq(self.log_mode),
-                                                 log_taken.eq(0)]
-                                    m.next = "LookupPrepare"
+                                m.d.sync += [lookup_command.eq(payload),
+                                             batch_log_mode.eq(self.log_mode),
+                                             log_taken.eq(0)]
+                                m.next = "LookupPrepare"
                             with m.Elif(~log_open | (log_batch != n)):
                                 refuse(CheckpointError.OUT_OF_ORDER)
                             with m.Elif((batch_log_mode == LogMode.AT_UPDATE)
-                                        | ((batch_log_mode == LogMode.AFTER_LOOKUP)
-                                           & ~log_taken)):
+                                        | (background_mode & ~log_taken)):
                                 # (The replay restarts the log: an earlier cut or overflow
                                 # of this batch does not count.)
                                 m.next = "ReplayPrepare"
@@ -659,7 +666,9 @@ class CheckpointEngine(wiring.Component):
             with m.State("LookupRun"):
                 # The engine writes only its output buffer during LOOKUP: those pass.
                 m.d.comb += [phase.eq(CheckpointPhase.LOOKUP), write_gate.eq(1),
-                             tap.enable.eq(~self.gpf & (batch_log_mode == LogMode.ON_LOOKUP)),
+                             tap.enable.eq(~self.gpf & ((batch_log_mode == LogMode.ON_LOOKUP)
+                                                        | lossy_mode)),
+                             tap.lossy.eq(lossy_mode),
                              self.engine_done.ready.eq(1)]
                 with m.If(self.gpf):
                     m.d.sync += log_cut.eq(1)
@@ -667,7 +676,7 @@ class CheckpointEngine(wiring.Component):
                     m.d.sync += [reply.eq(self.engine_done.payload), log_open.eq(1),
                                  log_batch.eq(batch),
                                  replay_pending.eq(
-                                     (batch_log_mode == LogMode.AFTER_LOOKUP)
+                                     background_mode
                                      & (self.engine_done.payload.error == ErrorCode.NONE))]
                     m.next = "LookupDrain"
             with m.State("LookupDrain"):
@@ -680,9 +689,18 @@ class CheckpointEngine(wiring.Component):
             # --- LOOKUP(N) replayed, logging its table reads (AT_UPDATE, AFTER_LOOKUP) ----
             with m.State("ReplayPrepare"):
                 # As LookupPrepare, except that log_open stays (a refused UPDATE may be sent
-                # again).
+                # again); LOOKUP_THEN_REPLAY's background replay continues the log instead.
                 m.d.comb += phase.eq(CheckpointPhase.REPLAY)
-                with m.If(tap.empty):
+                with m.If(replay_background & lossy_mode):
+                    with m.If(tap.settled):
+                        with m.If(tap.dropped | log_cut):
+                            m.d.sync += forward.eq(1)
+                            m.next = "ReplayRun"
+                        with m.Else():
+                            # The tap missed nothing: no replay.
+                            m.d.sync += [replay_background.eq(0), log_taken.eq(~self.gpf)]
+                            m.next = "Idle"
+                with m.Elif(tap.empty):
                     start_logging()
                     m.d.sync += log_cut.eq(0)
                     m.next = "ReplayExtents"

@@ -122,7 +122,7 @@ class CheckpointPhase(enum.Enum, shape=4):
     FAILED = 11      # an UPDATE failed after its flag: only RECOVER is accepted
     REPLY = 12       # reporting a command's status
     DRAIN = 13       # the engine finished UPDATE(N); its last writes become persistent
-    REPLAY = 14      # LOOKUP(N) replayed, its table reads logged (LogMode AT_UPDATE, AFTER_LOOKUP)
+    REPLAY = 14      # LOOKUP(N) replayed, its table reads logged (every LogMode but ON_LOOKUP)
 
 
 class CheckpointError(enum.Enum, shape=4):
@@ -141,7 +141,7 @@ class CheckpointError(enum.Enum, shape=4):
     BUS_ERROR = 9          # one of the engine's own reads or writes got SLVERR/DECERR
     UPDATE_FAILED = 10     # the embedding engine reported an error for UPDATE after the flag
     GPF = 11               # command refused during a global persistent flush
-    BAD_CONFIG = 12        # meta region < 8 lines, log area < a group; LOOKUP: reserved log_mode
+    BAD_CONFIG = 12        # meta region smaller than 8 lines, log area smaller than a group
     ENGINE_PROTOCOL = 13   # the engine used a reserved AXI ID or a write burst
     REPLAY_FAILED = 14     # the LOOKUP(N) replayed by UPDATE(N) reported an error
 
@@ -153,6 +153,8 @@ class LogMode(enum.Enum, shape=2):
     ON_LOOKUP = 0     # the tap logs LOOKUP(N)'s own table reads (LOOKUP runs at the log's pace)
     AT_UPDATE = 1     # UPDATE(N) first replays LOOKUP(N), logging (nmp_sync_log)
     AFTER_LOOKUP = 2  # LOOKUP(N) runs unlogged; the replay starts as soon as its status is out
+    LOOKUP_THEN_REPLAY = 3  # the tap logs what it can without holding LOOKUP(N) up; a
+    #                         background replay after its status logs the rest
 
 
 _COMMON = {"magic": unsigned(32), "batch": unsigned(32)}

@@ -18,7 +18,10 @@ for that line later, which is harmless. The filter is emptied by ``start``.
 
 Entries go into a FIFO of ``buffer_depth`` lines; when it is nearly full the engine's read data
 is held (``r_hold``), so an entry is never dropped; the log writer drains it in the background
-(the host's MLP work overlaps it), and UPDATE waits until it is empty and persistent.
+(the host's MLP work overlaps it), and UPDATE waits until it is empty and persistent. With
+``lossy`` set the read data is never held: an entry that finds the FIFO full is dropped
+instead (not remembered by the filter either) and ``dropped`` is set, so that a second pass
+over the same reads (a replay, without ``start``) logs exactly the lines that are missing.
 """
 
 from amaranth.hdl import Cat, Module, Signal, unsigned
@@ -74,7 +77,14 @@ class LookupTap(wiring.Component):
     r_fire, rid, rdata, rresp, rlast : ``In(...)``
         The engine's read data, as handed to it.
     r_hold : ``Out(1)``
-        Hold read data: the entry buffer is nearly full.
+        Hold read data: the entry buffer is nearly full (never while ``lossy``).
+    lossy : ``In(1)``
+        Drop entries that find the buffer full rather than hold the read data.
+    dropped : ``Out(1)``
+        An entry was dropped since ``start``.
+    settled : ``Out(1)``
+        No read beat is between the R channel and the buffer (``dropped`` is final for the
+        beats seen so far).
     entries : ``Out(stream.Signature({"line": addr_width - 6, "data": 512}))``
     empty : ``Out(1)``
         No entry in the pipeline or the buffer.
@@ -102,6 +112,9 @@ class LookupTap(wiring.Component):
             "r_fire": In(1), "rid": In(id_width), "rdata": In(LINE_BITS), "rresp": In(2),
             "rlast": In(1),
             "r_hold": Out(1),
+            "lossy": In(1),
+            "dropped": Out(1),
+            "settled": Out(1),
             "entries": Out(stream.Signature(self.entry_layout)),
             "empty": Out(1),
             "logged": Out(32),
@@ -183,6 +196,8 @@ class LookupTap(wiring.Component):
         logged = Signal(32)
         duplicates = Signal(32)
         push = Signal()
+        fresh = Signal()   # s2's line is not a duplicate (push it if there is room)
+        m.d.comb += push.eq(fresh & buffer.w_rdy)
         if self._dedup_entries:
             bits = exact_log2(self._dedup_entries)
             m.submodules.filter = seen = memory.Memory(
@@ -193,7 +208,7 @@ class LookupTap(wiring.Component):
             m.d.comb += check.addr.eq(fold(s1_line, law, bits))
             slot = fold(s2_line, law, bits)
             hit = valid.bit_select(slot, 1) & (check.data == s2_line)
-            m.d.comb += [push.eq(s2_valid & ~hit),
+            m.d.comb += [fresh.eq(s2_valid & ~hit),
                          remember.addr.eq(slot), remember.data.eq(s2_line),
                          remember.en.eq(push)]
             with m.If(self.start):
@@ -203,9 +218,11 @@ class LookupTap(wiring.Component):
             with m.If(s2_valid & hit & ~self.start):
                 m.d.sync += duplicates.eq(duplicates + 1)
         else:
-            m.d.comb += push.eq(s2_valid)
+            m.d.comb += fresh.eq(s2_valid)
         with m.If(self.start):
-            m.d.sync += [logged.eq(0), duplicates.eq(0)]
+            m.d.sync += [logged.eq(0), duplicates.eq(0), self.dropped.eq(0)]
+        with m.Elif(fresh & ~buffer.w_rdy):
+            m.d.sync += self.dropped.eq(1)  # (only while lossy: r_hold keeps room otherwise)
         with m.Elif(push):
             m.d.sync += logged.eq(logged + 1)
         m.d.comb += [buffer.w_en.eq(push), buffer.w_data.eq(Cat(s2_line, s2_data))]
@@ -215,8 +232,9 @@ class LookupTap(wiring.Component):
             self.entries.valid.eq(buffer.r_rdy), self.entries.payload.eq(entry),
             buffer.r_en.eq(self.entries.ready),
             # Room for every beat already in the pipeline plus the one that may arrive now.
-            self.r_hold.eq(buffer.level > self._buffer_depth - _PIPELINE - 1),
+            self.r_hold.eq(~self.lossy & (buffer.level > self._buffer_depth - _PIPELINE - 1)),
             self.empty.eq(~buffer.r_rdy & ~s1_valid & ~s2_valid),
+            self.settled.eq(~s1_valid & ~s2_valid),
             self.logged.eq(logged), self.duplicates.eq(duplicates),
         ]
         return m

@@ -1,11 +1,10 @@
 """cocotb side of the crash campaign (``python -m tb.ckpt.crash``): many power failures in one
 simulator process.
 
-Training runs go through the preset's batches; each trial's batches run with the undo log taken
-during LOOKUP, at UPDATE or right after LOOKUP in the background (``$CRASH_SPEC``'s
-``log_mode``: ``lookup``, ``sync``, ``after`` or ``mixed``: trials rotate through the three,
-the first one's mode drawn from the seed, so a run changes mode between batches as a host
-may); before each trial a few
+Training runs go through the preset's batches; each trial's batches run with one
+``CKPT_CONTROL.log_mode`` (``$CRASH_SPEC``'s ``log_mode``: ``lookup``, ``sync``, ``after``,
+``lookup_replay`` or ``mixed``: trials rotate through the four, the first one's mode drawn from
+the seed, so a run changes mode between batches as a host may); before each trial a few
 batches train normally, then power fails at a seeded point (a step of a batch, a delay into it
 or into a device phase, tearing odds, sometimes a second failure during RECOVER), the device
 recovers, and the recovered memory is checked bit for bit against the golden state of the path
@@ -37,7 +36,7 @@ from tb.common import CLOCK_PERIOD_NS, reset, start_clock
 from .host import Device, MemoryMap, Trainer, random_plan
 
 LOG_MODES = {"lookup": LogMode.ON_LOOKUP, "sync": LogMode.AT_UPDATE,
-             "after": LogMode.AFTER_LOOKUP}
+             "after": LogMode.AFTER_LOOKUP, "lookup_replay": LogMode.LOOKUP_THEN_REPLAY}
 
 
 def _log_mode_draw(spec):
@@ -121,9 +120,11 @@ async def campaign(dut):
                 # Aim at the device's phases directly (the commit is a short window).
                 plan.on_phase = draw.choice([CheckpointPhase.SEAL, CheckpointPhase.UPDATE,
                                              CheckpointPhase.COMMIT])
-                if log_mode != LogMode.ON_LOOKUP and plan.on_phase == CheckpointPhase.SEAL:
+                if (log_mode in (LogMode.AT_UPDATE, LogMode.AFTER_LOOKUP)
+                        and plan.on_phase == CheckpointPhase.SEAL):
                     # The replay's phase instead: in UPDATE (at_update) or right after
-                    # LOOKUP's status (after_lookup).
+                    # LOOKUP's status (after_lookup). (lookup_replay replays only when its
+                    # tap dropped entries: the phase may never come.)
                     plan.on_phase = CheckpointPhase.REPLAY
                     if log_mode == LogMode.AFTER_LOOKUP:
                         plan.step = "lookup"

@@ -8,9 +8,10 @@ UPDATE, the commit record, snapshot writes, and, in about a third of the trials,
 itself) with torn writes from the PMEM model, recovers, checks the recovered tables and MLP
 snapshot bit for bit, and resumes training (see ``tb.ckpt.cocotb_crash``). ``--log-mode``
 chooses when the undo log is taken (``CKPT_CONTROL.log_mode``): during LOOKUP (``lookup``), at
-UPDATE (``sync``) or in the background right after LOOKUP (``after``), the last two with
-failures aimed at their REPLAY phase too, or all three, trials rotating (``mixed``, the
-default). All trials run in one simulator process on the one Verilator build the checkpoint
+UPDATE (``sync``), in the background right after LOOKUP (``after``), during LOOKUP with what
+the tap could not take replayed after it (``lookup_replay``), or all four, trials rotating
+(``mixed``, the default); failures are aimed at the REPLAY phase of ``sync`` and ``after``
+too. All trials run in one simulator process on the one Verilator build the checkpoint
 tests share.
 
 Writes ``build/crash/results.json``: ``trials``, ``failures`` (trials with any error),
@@ -76,9 +77,10 @@ def main(argv=None) -> int:
                         help="batches per training run (the tiny preset has 64)")
     parser.add_argument("--profile", default="pmem", choices=("pmem", "dram"))
     parser.add_argument("--log-mode", default="mixed",
-                        choices=("lookup", "sync", "after", "mixed"),
-                        help="undo log during LOOKUP, at UPDATE, right after LOOKUP, or "
-                             "trials rotating through the three (default)")
+                        choices=("lookup", "sync", "after", "lookup_replay", "mixed"),
+                        help="undo log during LOOKUP, at UPDATE, right after LOOKUP, during "
+                             "LOOKUP with the rest right after, or trials rotating through "
+                             "the four (default)")
     parser.add_argument("--output", default=str(BUILD_ROOT / "crash" / "results.json"))
     args = parser.parse_args(argv)
     if args.trials < 1:

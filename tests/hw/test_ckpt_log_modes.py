@@ -9,6 +9,7 @@ from ckpt_fixtures import (
     BUFFER_LINE,
     LOGGED,
     LOOKUP_LINES,
+    TABLE_LINE,
     UPDATE_LINES,
     EngineScript,
     Rig,
@@ -513,7 +514,58 @@ def test_after_lookup_power_failure_during_the_background_replay_loses_nothing()
     simulate(rig, host, processes=[engine])
 
 
-def test_reserved_log_mode_refuses_the_lookup():
+# --- LOOKUP_THEN_REPLAY: a lossy tap during LOOKUP, the rest replayed in the background -------
+
+MANY_LINES = [TABLE_LINE + k for k in range(20)]
+
+
+def test_lookup_then_replay_logs_what_fits_and_replays_the_rest():
+    """With an 8-entry tap buffer and slow log writes, LOOKUP(0) drops entries rather than
+    wait; the background replay logs exactly the missing lines (the filter skips the others),
+    so the batch's log holds every line once, with its old value."""
+    rig = Rig(log_buffer_depth=8)
+    ckpt, memory = rig.ckpt, rig.memory
+    script = EngineScript(lookup_lines=[*MANY_LINES, TABLE_LINE + 3],
+                          update_lines=MANY_LINES)
+
+    async def engine(ctx):
+        await fake_engine(ctx, ckpt, script)
+
+    async def host(ctx):
+        configure(ctx, ckpt, log_mode=LogMode.LOOKUP_THEN_REPLAY)
+        ctx.set(memory.write_rate_num, 1)   # one write per 20 cycles: the tap buffer fills
+        ctx.set(memory.write_rate_den, 20)
+        await load_tables(ctx, memory)
+        before = await table_image(ctx, memory)
+        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        status = await command(ctx, ckpt, Opcode.LOOKUP, 0)
+        assert status.error == ErrorCode.NONE
+        on_lookup = ctx.get(ckpt.counters.log_entries)
+        assert 0 < on_lookup < len(MANY_LINES), on_lookup
+        await ctx.tick().until(ckpt.phase == CheckpointPhase.REPLAY)
+        await ctx.tick().until(ckpt.phase == CheckpointPhase.IDLE)
+        assert lookups_and_updates(script) == [Opcode.LOOKUP, Opcode.LOOKUP]
+        assert ctx.get(ckpt.counters.log_entries) == len(MANY_LINES)
+        status = await command(ctx, ckpt, Opcode.UPDATE, 0)
+        assert status.error == ErrorCode.NONE, ctx.get(ckpt.error)
+        assert lookups_and_updates(script) == [Opcode.LOOKUP, Opcode.LOOKUP, Opcode.UPDATE]
+        assert ctx.get(ckpt.last_committed) == 0
+        meta = await read_meta(ctx, memory)
+        assert meta["flag0"][1].entries == len(MANY_LINES)
+        logged = {}
+        for group in range(3):
+            header, data = await read_group(ctx, memory, area=0, group=group)
+            assert header.batch == 0
+            for k in range(header.count):
+                logged[int(header.lines[k])] = data[k]
+        assert sorted(logged) == MANY_LINES
+        for line, old in logged.items():
+            assert old == before[line], f"line {line}: not its old value"
+
+    simulate(rig, host, processes=[engine])
+
+
+def test_lookup_then_replay_without_drops_needs_no_replay():
     rig = Rig()
     ckpt, memory = rig.ckpt, rig.memory
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
@@ -522,17 +574,18 @@ def test_reserved_log_mode_refuses_the_lookup():
         await fake_engine(ctx, ckpt, script)
 
     async def host(ctx):
-        configure(ctx, ckpt)
+        configure(ctx, ckpt, log_mode=LogMode.LOOKUP_THEN_REPLAY)
         await load_tables(ctx, memory)
+        before = await table_image(ctx, memory)
         await command(ctx, ckpt, Opcode.RECOVER, 0)
-        ctx.set(ckpt.log_mode.as_value(), 3)
-        status = await command(ctx, ckpt, Opcode.LOOKUP, 0)
-        assert status.error == ErrorCode.BAD_OPCODE
-        assert ctx.get(ckpt.error) == CheckpointError.BAD_CONFIG
-        assert ctx.get(ckpt.log_open) == 0 and script.commands == []
-        ctx.set(ckpt.log_mode, LogMode.AFTER_LOOKUP)
-        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
-        assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.NONE
-        assert ctx.get(ckpt.last_committed) == 0
+        for batch in range(2):
+            assert (await command(ctx, ckpt, Opcode.LOOKUP, batch)).error == ErrorCode.NONE
+            assert (await command(ctx, ckpt, Opcode.UPDATE, batch)).error == ErrorCode.NONE
+        assert lookups_and_updates(script) == [Opcode.LOOKUP, Opcode.UPDATE] * 2
+        assert ctx.get(ckpt.counters.log_entries) == 2 * len(LOGGED)
+        header, data = await read_group(ctx, memory, area=0, group=0)
+        assert [int(header.lines[k]) for k in range(len(LOGGED))] == LOGGED
+        for k, line in enumerate(LOGGED):
+            assert data[k] == before[line]
 
     simulate(rig, host, processes=[engine])
