@@ -14,8 +14,10 @@ ENGINE = {
     "update_outstanding_reads": 8,
 }
 
+# A 16-entry log buffer: a tiny batch logs 40-60 lines, so ON_LOOKUP's tap holds the lookup up
+# and LOOKUP_THEN_REPLAY's drops entries and replays them, as on the paper-sized presets.
 SYSTEM = Design("ckpt_system", "tb.ckpt.harness:CheckpointSystem", {
-    **ENGINE, "memory_lines": 8192, "pending_beats": 64, "log_buffer_depth": 64,
+    **ENGINE, "memory_lines": 8192, "pending_beats": 64, "log_buffer_depth": 16,
     "dedup_entries": 256,
 })
 
