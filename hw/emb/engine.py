@@ -4,7 +4,10 @@ LOOKUP commands go to :class:`~hw.emb.lookup.LookupEngine`, UPDATE commands to
 :class:`~hw.emb.update.UpdateEngine`; NOP completes at once with no error and any other opcode
 with BAD_OPCODE. One command runs at a time, so the AXI port simply belongs to the engine that
 runs it (both engines end a command only once all their reads and writes are answered, so the
-port changes hands on a quiet bus).
+port changes hands on a quiet bus). For the same reason the two engines can share one 16-lane
+float32 multiplier and one adder (``shared_lanes``, the default): the engine running the
+command drives them, and their pipelines are empty when a command ends (its results are all
+written). That halves the FP lanes, most of the engine's logic on an FPGA.
 """
 
 import importlib.util
@@ -13,6 +16,7 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.fp import FPLanes
 from hw.mem.axi import AXI4Signature
 
 from .layouts import (
@@ -24,7 +28,7 @@ from .layouts import (
     status_layout,
     table_layout,
 )
-from .lookup import LookupEngine, check_int
+from .lookup import LookupEngine, check_bool, check_int
 
 __all__ = ["EmbeddingEngine", "update_engine_class"]
 
@@ -63,6 +67,9 @@ class EmbeddingEngine(wiring.Component):
         Update engine's gradient and row lines in flight.
     add_stages, mul_stages : int or None
         Float32 pipeline depths of both engines.
+    shared_lanes : bool
+        One multiplier and one adder (16 lanes each) for both engines (default True), or a
+        set each (False: the engines as they are alone).
 
     Members
     -------
@@ -80,7 +87,9 @@ class EmbeddingEngine(wiring.Component):
     def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
                  outstanding_reads=128, index_buffer_depth=8192, offset_buffer_depth=2048,
                  output_buffer_depth=128, bag_slots=16, max_unique_rows=64,
-                 update_outstanding_reads=16, add_stages=None, mul_stages=None):
+                 update_outstanding_reads=16, add_stages=None, mul_stages=None,
+                 shared_lanes=True):
+        check_bool("Shared lanes", shared_lanes)
         self._lookup_params = dict(
             max_tables=max_tables, max_dim=max_dim, num_regions=num_regions,
             addr_width=addr_width, id_width=id_width, outstanding_reads=outstanding_reads,
@@ -97,7 +106,12 @@ class EmbeddingEngine(wiring.Component):
             add_stages=add_stages, mul_stages=mul_stages)
         # Built now so that the update engine's own parameter checks run in this constructor.
         update_class = update_engine_class()
+        # (Without an update engine there is nothing to share.)
+        self._shared_lanes = shared_lanes and update_class is not None
+        self._lookup_params["shared_lanes"] = self._shared_lanes
+        self._update_params["shared_lanes"] = self._shared_lanes
         self._update = None if update_class is None else update_class(**self._update_params)
+        self._add_stages, self._mul_stages = add_stages, mul_stages
         self._max_tables = max_tables
         self._addr_width = addr_width
         self._id_width = id_width
@@ -110,6 +124,11 @@ class EmbeddingEngine(wiring.Component):
             "axi": Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width)),
             "counters": Out(counters_layout()),
         })
+
+    @property
+    def shared_lanes(self):
+        """Whether both engines use one set of FP lanes."""
+        return self._shared_lanes
 
     @property
     def has_update(self):
@@ -182,8 +201,42 @@ class EmbeddingEngine(wiring.Component):
                 m.d.comb += getattr(bus, signal).eq(
                     Mux(selected, getattr(self.axi, signal), 0))
 
+        if self._shared_lanes:
+            self._share_lanes(m, engines, owner == order.index("update"))
+
         counters = counters_layout()
         for field_name, _ in counters:
             m.d.comb += getattr(self.counters, field_name).eq(
                 sum(getattr(engine.counters, field_name) for engine in engines.values()))
         return m
+
+    def _share_lanes(self, m, engines, update_owns):
+        """One multiplier and one adder, driven by the engine that runs the command; each
+        engine sees results only while it is the owner (the other's pipeline is empty)."""
+        lookup, update = engines["lookup"], engines["update"]
+        mul_tag, add_tag = update.lanes_tag_widths
+        units = {
+            "mul": FPLanes(op="mul", stages=self._mul_stages, tag_width=mul_tag),
+            "add": FPLanes(op="add", stages=self._add_stages, tag_width=add_tag),
+        }
+        for op, unit in units.items():
+            m.submodules[f"shared_{op}"] = unit
+            from_lookup = getattr(lookup, f"{op}_lanes")
+            from_update = getattr(update, f"{op}_lanes")
+            with m.If(update_owns):
+                m.d.comb += [unit.i.valid.eq(from_update.i.valid),
+                             unit.i.payload.eq(from_update.i.payload)]
+            with m.Else():
+                # The lookup engine's operands carry no tag (it stays 0).
+                operands = unit.i.payload
+                m.d.comb += [unit.i.valid.eq(from_lookup.i.valid),
+                             operands.a.eq(from_lookup.i.payload.a),
+                             operands.b.eq(from_lookup.i.payload.b)]
+                if op == "add":
+                    m.d.comb += operands.sub.eq(from_lookup.i.payload.sub)
+            m.d.comb += [
+                from_update.o.valid.eq(unit.o.valid & update_owns),
+                from_update.o.payload.eq(unit.o.payload),
+                from_lookup.o.valid.eq(unit.o.valid & ~update_owns),
+                from_lookup.o.payload.eq(unit.o.payload.result),
+            ]

@@ -40,7 +40,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from hw.fp import FPAdd, FPMul
+from hw.fp import FPAdd, FPMul, fp_lanes_signature
 from hw.mem.axi import AXI4Signature
 from hw.mem.line_stream import LinePrefetch, LineStream
 from hw.mem.line_writer import LineWriter
@@ -61,7 +61,7 @@ from .layouts import (
 from .pool import Pooler
 from .validate import ERROR_LAYOUT, IndexValidator, OffsetsMode, OffsetsValidator
 
-__all__ = ["LookupEngine", "check_int", "check_stages"]
+__all__ = ["LookupEngine", "check_bool", "check_int", "check_stages"]
 
 LANES = 16
 _STREAMS = ("offsets", "indices", "weights")
@@ -78,6 +78,13 @@ def check_int(name, value, *, minimum, maximum=None, power_of_two=False, multipl
         raise ValueError(f"{name} must be a power of two, not {value!r}")
     if multiple_of and value % multiple_of:
         raise ValueError(f"{name} must be a multiple of {multiple_of}, not {value!r}")
+    return value
+
+
+def check_bool(name, value):
+    """Validate a yes/no parameter (a ``bool``, not any truthy value)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, not {value!r}")
     return value
 
 
@@ -131,11 +138,16 @@ class LookupEngine(wiring.Component):
         ``busy_cycles`` (a command in progress), ``rows_read`` (rows gathered),
         ``bytes_read``/``bytes_written`` (R and W beats x 64), ``stall_cycles`` (busy cycles
         with neither an R nor a W beat).
+    mul_lanes, add_lanes : ``In(hw.fp.fp_lanes_signature(op=..., lanes=16))``
+        Only with ``shared_lanes=True``: the pooling multiplier and adder are not built here
+        but reached through these ports (:class:`~hw.emb.engine.EmbeddingEngine` shares one
+        set with the update engine); they must have ``mul_stages`` and ``add_stages``.
     """
 
     def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
                  outstanding_reads=128, index_buffer_depth=8192, offset_buffer_depth=2048,
-                 output_buffer_depth=128, bag_slots=16, add_stages=None, mul_stages=None):
+                 output_buffer_depth=128, bag_slots=16, add_stages=None, mul_stages=None,
+                 shared_lanes=False):
         self.check_parameters(
             max_tables=max_tables, max_dim=max_dim, num_regions=num_regions,
             addr_width=addr_width, id_width=id_width, outstanding_reads=outstanding_reads,
@@ -149,7 +161,14 @@ class LookupEngine(wiring.Component):
         self._output_depth, self._bag_slots = output_buffer_depth, bag_slots
         self._line_bits = max(1, ceil_log2(max_dim // LANES))
         self._add_stages, self._mul_stages = add_stages, mul_stages
+        check_bool("Shared lanes", shared_lanes)
+        self._shared_lanes = shared_lanes
+        lanes = {}
+        if shared_lanes:
+            lanes = {"mul_lanes": In(fp_lanes_signature(op="mul", lanes=LANES)),
+                     "add_lanes": In(fp_lanes_signature(op="add", lanes=LANES))}
         super().__init__({
+            **lanes,
             "cmd": In(stream.Signature(command_layout(addr_width))),
             "done": Out(stream.Signature(status_layout())),
             "tables": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
@@ -248,7 +267,11 @@ class LookupEngine(wiring.Component):
         m.submodules.pooler = pooler = Pooler(
             op_layout=issuer.op_layout, slot_bits=exact_log2(self._bag_slots),
             line_bits=self._line_bits, line_addr_width=law, out_depth=self._output_depth,
-            add_stages=self._add_stages, mul_stages=self._mul_stages)
+            add_stages=self._add_stages, mul_stages=self._mul_stages,
+            shared_lanes=self._shared_lanes)
+        if self._shared_lanes:
+            wiring.connect(m, wiring.flipped(self.mul_lanes), pooler.mul_lanes)
+            wiring.connect(m, wiring.flipped(self.add_lanes), pooler.add_lanes)
         m.submodules.writer = writer = LineWriter(depth=self._output_depth, addr_width=aw)
 
         command = Signal(command_layout(aw))

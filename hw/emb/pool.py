@@ -18,7 +18,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.fp import FPLanes
+from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
+from hw.fp.common import check_stages
 
 from .gather import OpKind
 
@@ -46,19 +47,30 @@ class Pooler(wiring.Component):
         Nothing in the pipeline.
     error : ``Out(1)``
         An op carried a bus error.
+    mul_lanes, add_lanes : ``In(fp_lanes_signature(op=..., lanes=16))``
+        Only with ``shared_lanes``: the 16-lane multiplier and adder, built elsewhere with
+        ``mul_stages`` and ``add_stages`` (see :class:`~hw.emb.engine.EmbeddingEngine`).
     """
 
     def __init__(self, *, op_layout, slot_bits, line_bits, line_addr_width, out_depth,
-                 add_stages=None, mul_stages=None):
+                 add_stages=None, mul_stages=None, shared_lanes=False):
         self._op_layout = op_layout
         self._slot_bits = slot_bits
         self._line_bits = line_bits
         self._out_depth = out_depth
-        self._mul = FPLanes(op="mul", lanes=LANES, stages=mul_stages)
-        self._add = FPLanes(op="add", lanes=LANES, stages=add_stages)
-        if self._mul.latency < 1:
+        self._mul_stages = check_stages(mul_stages, default=FPMul.DEFAULT_STAGES,
+                                        maximum=len(FPMul.CUTS) - 1)
+        self._add_stages = check_stages(add_stages, default=FPAdd.DEFAULT_STAGES,
+                                        maximum=len(FPAdd.CUTS) - 1)
+        if self._mul_stages < 1:
             raise ValueError("The pooling multiplier needs at least one pipeline stage")
+        self._shared_lanes = bool(shared_lanes)
+        lanes = {}
+        if self._shared_lanes:
+            lanes = {"mul_lanes": In(fp_lanes_signature(op="mul", lanes=LANES)),
+                     "add_lanes": In(fp_lanes_signature(op="add", lanes=LANES))}
         super().__init__({
+            **lanes,
             "start": In(1),
             "discard": In(1),
             "ops": In(stream.Signature(data.StructLayout({
@@ -74,13 +86,16 @@ class Pooler(wiring.Component):
     @property
     def latency(self):
         """Cycles from an op's pop to its accumulator write or output."""
-        return 1 + self._mul.latency + self._add.latency
+        return 1 + self._mul_stages + self._add_stages
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.mul = mul = self._mul
-        m.submodules.add = add = self._add
-        mul_latency, add_latency = mul.latency, add.latency
+        if self._shared_lanes:
+            mul, add = self.mul_lanes, self.add_lanes  # (driven and read as a unit's ports)
+        else:
+            m.submodules.mul = mul = FPLanes(op="mul", lanes=LANES, stages=self._mul_stages)
+            m.submodules.add = add = FPLanes(op="add", lanes=LANES, stages=self._add_stages)
+        mul_latency, add_latency = self._mul_stages, self._add_stages
         depth = mul_latency + add_latency
 
         m.submodules.accumulators = accumulators = memory.Memory(

@@ -36,7 +36,7 @@ from amaranth.hdl import Cat, Const, Module, ResetInserter, Shape, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.fp import FPAdd, FPMul
+from hw.fp import FPAdd, FPMul, fp_lanes_signature
 from hw.mem.axi import AXI4Signature
 
 from .layouts import (
@@ -48,6 +48,7 @@ from .layouts import (
     status_layout,
     table_layout,
 )
+from .lookup import check_bool
 from .update_checks import CommandChecker
 from .update_datapath import UpdateDatapath
 from .update_fetch import GradientFetch, RowFetch, chunk_occurrence_layout
@@ -115,6 +116,11 @@ class UpdateEngine(wiring.Component):
         Free-running: ``busy_cycles`` (a command is in progress), ``rows_read`` (table rows
         fetched for updating), ``bytes_read``/``bytes_written`` (AXI data beats x 64),
         ``stall_cycles`` (busy, something waits on the bus, and no channel moved).
+    mul_lanes, add_lanes : ``In(hw.fp.fp_lanes_signature(op=..., lanes=16, tag_width=...))``
+        Only with ``shared_lanes=True``: the multiplier and adder are not built here but
+        reached through these ports (:class:`~hw.emb.engine.EmbeddingEngine` shares one set
+        with the lookup engine); they must have ``mul_stages``, ``add_stages`` and the tag
+        widths of :attr:`lanes_tag_widths`.
 
     Raises
     ------
@@ -123,7 +129,8 @@ class UpdateEngine(wiring.Component):
     """
 
     def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
-                 max_unique_rows=64, mul_stages=None, add_stages=None, outstanding_reads=16):
+                 max_unique_rows=64, mul_stages=None, add_stages=None, outstanding_reads=16,
+                 shared_lanes=False):
         _check_int(max_tables, 1, 255, "Table count limit must be an integer in 1..255")
         if (not isinstance(max_dim, int) or isinstance(max_dim, bool)
                 or not 16 <= max_dim <= 65520 or max_dim % 16):
@@ -145,7 +152,17 @@ class UpdateEngine(wiring.Component):
         self._id_width = id_width
         self._max_unique_rows = max_unique_rows
         self._outstanding_reads = outstanding_reads
+        check_bool("Shared lanes", shared_lanes)
+        self._shared_lanes = shared_lanes
+        lanes = {}
+        if shared_lanes:
+            mul_width, add_width = self.lanes_tag_widths
+            lanes = {"mul_lanes": In(fp_lanes_signature(op="mul", lanes=16,
+                                                        tag_width=mul_width)),
+                     "add_lanes": In(fp_lanes_signature(op="add", lanes=16,
+                                                        tag_width=add_width))}
         super().__init__({
+            **lanes,
             "cmd": In(stream.Signature(command_layout(addr_width))),
             "done": Out(stream.Signature(status_layout())),
             "tables": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
@@ -155,6 +172,14 @@ class UpdateEngine(wiring.Component):
                                      id_width=id_width)),
             "counters": Out(counters_layout()),
         })
+
+    @property
+    def lanes_tag_widths(self):
+        """``(multiplier, adder)`` tag widths of the FP lanes this engine uses."""
+        mul_tag, add_tag = UpdateDatapath.tag_layouts(
+            capacity=self._max_unique_rows, lines_per_slot=self.lines_per_row,
+            line_address_width=self._addr_width - 6)
+        return mul_tag.size, add_tag.size
 
     @property
     def max_tables(self):
@@ -257,7 +282,10 @@ class UpdateEngine(wiring.Component):
         datapath = per_command("datapath", UpdateDatapath(
             capacity=capacity, lines_per_slot=self.lines_per_row,
             line_address_width=line_address_width, mul_stages=self._mul_stages,
-            add_stages=self._add_stages))
+            add_stages=self._add_stages, shared_lanes=self._shared_lanes))
+        if self._shared_lanes:
+            wiring.connect(m, wiring.flipped(self.mul_lanes), datapath.mul_lanes)
+            wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)
         writes = per_command("writes", WriteQueue(
             line_address_width=line_address_width, max_outstanding=_MAX_OUTSTANDING_WRITES))
 

@@ -19,7 +19,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.fp import FPAdd, FPLanes, FPMul
+from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
 
 from .update_fetch import row_context_layout
@@ -47,6 +47,10 @@ class UpdateDatapath(wiring.Component):
         Depth of the output queue of finished row lines; apply work is admitted only while
         the queue has room for everything in flight. At least ``apply_latency + 3`` (the
         default, or 16 if more).
+    shared_lanes : bool
+        The multiplier and adder are built elsewhere and reached through ``mul_lanes`` and
+        ``add_lanes`` (with ``mul_stages`` and ``add_stages`` and the tag widths
+        :meth:`tag_layouts` gives); default False (built here).
 
     Members
     -------
@@ -68,7 +72,7 @@ class UpdateDatapath(wiring.Component):
     """
 
     def __init__(self, *, capacity, lines_per_slot, line_address_width, mul_stages=None,
-                 add_stages=None, write_depth=None):
+                 add_stages=None, write_depth=None, shared_lanes=False):
         self._capacity = capacity
         self._lines_per_slot = lines_per_slot
         self._line_address_width = line_address_width
@@ -84,7 +88,18 @@ class UpdateDatapath(wiring.Component):
         self._write_depth = write_depth
         self._slot_width = Shape.cast(range(capacity)).width
         self._line_width = unsigned(lines_per_slot).width
+        self._mul_tag, self._add_tag = self.tag_layouts(
+            capacity=capacity, lines_per_slot=lines_per_slot,
+            line_address_width=line_address_width)
+        self._shared_lanes = bool(shared_lanes)
+        lanes = {}
+        if self._shared_lanes:
+            lanes = {"mul_lanes": In(fp_lanes_signature(op="mul", lanes=_LANES,
+                                                        tag_width=self._mul_tag.size)),
+                     "add_lanes": In(fp_lanes_signature(op="add", lanes=_LANES,
+                                                        tag_width=self._add_tag.size))}
         super().__init__({
+            **lanes,
             "accumulate": In(stream.Signature(data.StructLayout({
                 "slot": unsigned(self._slot_width), "fresh": 1, "scale": 32,
                 "lines": unsigned(self._line_width)}))),
@@ -100,6 +115,20 @@ class UpdateDatapath(wiring.Component):
             "apply_idle": Out(1),
             "writes_queued": Out(1),
         })
+
+    @staticmethod
+    def tag_layouts(*, capacity, lines_per_slot, line_address_width):
+        """The tags the multiplier and the adder carry (what shared lanes must be built
+        with): ``(mul_tag, add_tag)``."""
+        buffer_address = Shape.cast(range(capacity * lines_per_slot))
+        mul_tag = data.StructLayout({
+            "apply": 1, "fresh": 1, "buffer": buffer_address,
+            "row": LINE_BITS, "address": line_address_width,
+        })
+        add_tag = data.StructLayout({
+            "apply": 1, "buffer": buffer_address, "address": line_address_width,
+        })
+        return mul_tag, add_tag
 
     @property
     def buffer_lines(self):
@@ -131,17 +160,14 @@ class UpdateDatapath(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         buffer_address = Shape.cast(range(self.buffer_lines))
-        mul_tag = data.StructLayout({
-            "apply": 1, "fresh": 1, "buffer": buffer_address,
-            "row": LINE_BITS, "address": self._line_address_width,
-        })
-        add_tag = data.StructLayout({
-            "apply": 1, "buffer": buffer_address, "address": self._line_address_width,
-        })
-        multiplier = m.submodules.multiplier = FPLanes(
-            op="mul", lanes=_LANES, stages=self.mul_latency, tag_width=mul_tag.size)
-        adder = m.submodules.adder = FPLanes(
-            op="add", lanes=_LANES, stages=self.add_latency, tag_width=add_tag.size)
+        mul_tag, add_tag = self._mul_tag, self._add_tag
+        if self._shared_lanes:
+            multiplier, adder = self.mul_lanes, self.add_lanes  # (used as a unit's ports)
+        else:
+            multiplier = m.submodules.multiplier = FPLanes(
+                op="mul", lanes=_LANES, stages=self.mul_latency, tag_width=mul_tag.size)
+            adder = m.submodules.adder = FPLanes(
+                op="add", lanes=_LANES, stages=self.add_latency, tag_width=add_tag.size)
         buffer = m.submodules.buffer = Memory(shape=LINE_BITS, depth=self.buffer_lines,
                                               init=[])
         buffer_write = buffer.write_port()

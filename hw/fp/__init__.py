@@ -14,7 +14,8 @@ Non-NaN results are bit-identical to NumPy ``float32`` arithmetic; every NaN res
 
 from .add import ADD_OPERANDS, FPAdd
 from .common import QUIET_NAN
-from .lanes import FPLanes
+from .lanes import FPLanes, fp_lanes_signature
 from .mul import MUL_OPERANDS, FPMul
 
-__all__ = ["ADD_OPERANDS", "MUL_OPERANDS", "QUIET_NAN", "FPAdd", "FPLanes", "FPMul"]
+__all__ = ["ADD_OPERANDS", "MUL_OPERANDS", "QUIET_NAN", "FPAdd", "FPLanes", "FPMul",
+           "fp_lanes_signature"]

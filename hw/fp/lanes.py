@@ -8,9 +8,29 @@ from .add import FPAdd
 from .common import check_dsp, check_stages, delay
 from .mul import FPMul
 
-__all__ = ["FPLanes"]
+__all__ = ["FPLanes", "fp_lanes_signature"]
 
 _UNITS = {"add": FPAdd, "mul": FPMul}
+
+
+def fp_lanes_signature(*, op, lanes, tag_width=0):
+    """The signature of ``FPLanes(op=op, lanes=lanes, tag_width=tag_width)``: ``i`` (operands)
+    and ``o`` (results). A client that uses lanes built elsewhere takes it flipped,
+    ``In(fp_lanes_signature(...))``, and drives ``i`` and reads ``o`` as it would those of a
+    unit of its own."""
+    vector = data.ArrayLayout(32, lanes)
+    operands = {"a": vector, "b": vector}
+    if op == "add":
+        operands["sub"] = 1
+    if tag_width:
+        operands["tag"] = tag_width
+        results = data.StructLayout({"result": vector, "tag": tag_width})
+    else:
+        results = vector
+    return wiring.Signature({
+        "i": In(stream.Signature(data.StructLayout(operands), always_ready=True)),
+        "o": Out(stream.Signature(results, always_ready=True)),
+    })
 
 
 class FPLanes(wiring.Component):
@@ -78,19 +98,7 @@ class FPLanes(wiring.Component):
         self._stages = check_stages(stages, default=unit.DEFAULT_STAGES,
                                     maximum=len(unit.CUTS) - 1)
 
-        vector = data.ArrayLayout(32, lanes)
-        operands = {"a": vector, "b": vector}
-        if op == "add":
-            operands["sub"] = 1
-        if tag_width:
-            operands["tag"] = tag_width
-            results = data.StructLayout({"result": vector, "tag": tag_width})
-        else:
-            results = vector
-        super().__init__({
-            "i": In(stream.Signature(data.StructLayout(operands), always_ready=True)),
-            "o": Out(stream.Signature(results, always_ready=True)),
-        })
+        super().__init__(fp_lanes_signature(op=op, lanes=lanes, tag_width=tag_width))
 
     @property
     def op(self):
