@@ -301,6 +301,16 @@ async def table_image(ctx, memory):
                          *range(TABLE1_LINE, TABLE1_LINE + 32)]}
 
 
+def simulate_script(rig, script, host):
+    """Run the testbench ``host`` against the rig, the stand-in engine following ``script``."""
+    ckpt = rig.ckpt
+
+    async def engine(ctx):
+        await fake_engine(ctx, ckpt, script)
+
+    simulate(rig, host, processes=[engine])
+
+
 def simulate_with_monitor(rig, host, monitor, script):
     ckpt = rig.ckpt
 

@@ -17,14 +17,13 @@ from ckpt_fixtures import (
     backdoor_write,
     command,
     configure,
-    fake_engine,
     line_value,
     load_tables,
     lookups_and_updates,
     power_cycle,
     read_group,
     read_meta,
-    simulate,
+    simulate_script,
     simulate_with_monitor,
     table_image,
 )
@@ -128,9 +127,6 @@ def test_at_update_failed_replay_refuses_the_update_and_changes_nothing():
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES,
                           lookup_errors=(1,))
 
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
-
     async def host(ctx):
         configure(ctx, ckpt, log_mode=LogMode.AT_UPDATE)
         await load_tables(ctx, memory)
@@ -160,7 +156,7 @@ def test_at_update_failed_replay_refuses_the_update_and_changes_nothing():
         assert ctx.get(ckpt.last_committed) == 0
         assert lookups_and_updates(script)[-3:] == [Opcode.LOOKUP, Opcode.LOOKUP, Opcode.UPDATE]
 
-    simulate(rig, host, processes=[engine])
+    simulate_script(rig, script, host)
 
 
 def test_at_update_failed_replay_then_retried_update_commits():
@@ -168,9 +164,6 @@ def test_at_update_failed_replay_then_retried_update_commits():
     ckpt, memory = rig.ckpt, rig.memory
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES,
                           lookup_errors=(1,))
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
 
     async def host(ctx):
         configure(ctx, ckpt, log_mode=LogMode.AT_UPDATE)
@@ -186,16 +179,13 @@ def test_at_update_failed_replay_then_retried_update_commits():
         header, _ = await read_group(ctx, memory, area=0, group=0)
         assert header.count == len(LOGGED)
 
-    simulate(rig, host, processes=[engine])
+    simulate_script(rig, script, host)
 
 
 def test_at_update_is_sampled_when_the_lookup_is_accepted():
     rig = Rig()
     ckpt, memory = rig.ckpt, rig.memory
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
 
     async def host(ctx):
         configure(ctx, ckpt)
@@ -224,7 +214,7 @@ def test_at_update_is_sampled_when_the_lookup_is_accepted():
         assert (await command(ctx, ckpt, Opcode.UPDATE, 2)).error == ErrorCode.NONE
         assert lookups_and_updates(script)[5:] == [Opcode.LOOKUP, Opcode.UPDATE]
 
-    simulate(rig, host, processes=[engine])
+    simulate_script(rig, script, host)
 
 
 @pytest.mark.parametrize("where", ["replay", "after_flag"])
@@ -234,9 +224,6 @@ def test_at_update_power_failure_during_update_rolls_back(where):
     rig = Rig()
     ckpt, memory = rig.ckpt, rig.memory
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
 
     async def host(ctx):
         configure(ctx, ckpt, log_mode=LogMode.AT_UPDATE)
@@ -274,16 +261,13 @@ def test_at_update_power_failure_during_update_rolls_back(where):
         assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.NONE
         assert ctx.get(ckpt.last_committed) == 0
 
-    simulate(rig, host, processes=[engine])
+    simulate_script(rig, script, host)
 
 
 def test_at_update_refuses_update_without_its_lookup():
     rig = Rig()
     ckpt, memory = rig.ckpt, rig.memory
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
 
     async def host(ctx):
         configure(ctx, ckpt, log_mode=LogMode.AT_UPDATE)
@@ -302,7 +286,7 @@ def test_at_update_refuses_update_without_its_lookup():
         assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.BAD_OPCODE
         assert ctx.get(ckpt.error) == CheckpointError.OUT_OF_ORDER
 
-    simulate(rig, host, processes=[engine])
+    simulate_script(rig, script, host)
 
 
 # --- AFTER_LOOKUP: the same replay, started as soon as LOOKUP(N)'s status is out ---------------
@@ -397,9 +381,6 @@ def test_after_lookup_an_early_update_waits_for_the_replay():
     ckpt, memory = rig.ckpt, rig.memory
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
 
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
-
     async def host(ctx):
         configure(ctx, ckpt, log_mode=LogMode.AFTER_LOOKUP)
         await load_tables(ctx, memory)
@@ -420,7 +401,7 @@ def test_after_lookup_an_early_update_waits_for_the_replay():
             assert data[k] == line_value(line, 100).to_bytes(64, "little")
             assert data[k] != before[line]
 
-    simulate(rig, host, processes=[engine])
+    simulate_script(rig, script, host)
 
 
 def test_after_lookup_a_failed_background_replay_is_repeated_by_the_update():
@@ -429,9 +410,6 @@ def test_after_lookup_a_failed_background_replay_is_repeated_by_the_update():
     # LOOKUP(0) succeeds; its background replay fails; UPDATE(0) replays again.
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES,
                           lookup_errors=(1,))
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
 
     async def host(ctx):
         configure(ctx, ckpt, log_mode=LogMode.AFTER_LOOKUP)
@@ -447,7 +425,7 @@ def test_after_lookup_a_failed_background_replay_is_repeated_by_the_update():
         header, _ = await read_group(ctx, memory, area=0, group=0)
         assert header.count == len(LOGGED)
 
-    simulate(rig, host, processes=[engine])
+    simulate_script(rig, script, host)
 
 
 def test_after_lookup_failed_lookup_then_update_replays_and_is_refused():
@@ -456,9 +434,6 @@ def test_after_lookup_failed_lookup_then_update_replays_and_is_refused():
     # LOOKUP(0) fails (no background replay); UPDATE(0)'s replay fails too.
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES,
                           lookup_errors=(0, 1))
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
 
     async def host(ctx):
         configure(ctx, ckpt, log_mode=LogMode.AFTER_LOOKUP)
@@ -476,16 +451,13 @@ def test_after_lookup_failed_lookup_then_update_replays_and_is_refused():
         await ctx.tick().repeat(200)
         assert await table_image(ctx, memory) == before
 
-    simulate(rig, host, processes=[engine])
+    simulate_script(rig, script, host)
 
 
 def test_after_lookup_power_failure_during_the_background_replay_loses_nothing():
     rig = Rig()
     ckpt, memory = rig.ckpt, rig.memory
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
 
     async def host(ctx):
         configure(ctx, ckpt, log_mode=LogMode.AFTER_LOOKUP)
@@ -511,7 +483,7 @@ def test_after_lookup_power_failure_during_the_background_replay_loses_nothing()
         meta = await read_meta(ctx, memory)
         assert meta["flag1"][1].batch == 1 and meta["flag1"][1].entries == len(LOGGED)
 
-    simulate(rig, host, processes=[engine])
+    simulate_script(rig, script, host)
 
 
 # --- LOOKUP_THEN_REPLAY: a lossy tap during LOOKUP, the rest replayed in the background -------
@@ -527,9 +499,6 @@ def test_lookup_then_replay_logs_what_fits_and_replays_the_rest():
     ckpt, memory = rig.ckpt, rig.memory
     script = EngineScript(lookup_lines=[*MANY_LINES, TABLE_LINE + 3],
                           update_lines=MANY_LINES)
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
 
     async def host(ctx):
         configure(ctx, ckpt, log_mode=LogMode.LOOKUP_THEN_REPLAY)
@@ -562,16 +531,13 @@ def test_lookup_then_replay_logs_what_fits_and_replays_the_rest():
         for line, old in logged.items():
             assert old == before[line], f"line {line}: not its old value"
 
-    simulate(rig, host, processes=[engine])
+    simulate_script(rig, script, host)
 
 
 def test_lookup_then_replay_without_drops_needs_no_replay():
     rig = Rig()
     ckpt, memory = rig.ckpt, rig.memory
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
-
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
 
     async def host(ctx):
         configure(ctx, ckpt, log_mode=LogMode.LOOKUP_THEN_REPLAY)
@@ -588,4 +554,4 @@ def test_lookup_then_replay_without_drops_needs_no_replay():
         for k, line in enumerate(LOGGED):
             assert data[k] == before[line]
 
-    simulate(rig, host, processes=[engine])
+    simulate_script(rig, script, host)
