@@ -17,6 +17,7 @@ from hw.ckpt.layouts import (
     GROUP_HEADER_LAYOUT,
     SNAPSHOT_LAYOUT,
     SUPERBLOCK_LAYOUT,
+    FlagState,
     LogMode,
     MetaLine,
     record_valid,
@@ -326,3 +327,21 @@ def simulate_with_monitor(rig, host, monitor, script):
 def lookups_and_updates(script):
     """The opcodes the stand-in engine received, in order (a replay is a second LOOKUP)."""
     return [opcode for opcode, _ in script.commands]
+
+
+async def check_first_batch_committed(ctx, memory, before):
+    """Batch 0 of the standard script is in memory as committed: its log group holds LOGGED
+    with the old values (``before``: the table image), its flag is SET with that many
+    entries, the commit record names it, and the updated rows hold their new values."""
+    header, data = await read_group(ctx, memory, area=0, group=0)
+    assert header.batch == 0 and header.count == len(LOGGED)
+    assert [int(header.lines[k]) for k in range(len(LOGGED))] == LOGGED
+    for k, line in enumerate(LOGGED):
+        assert data[k] == before[line], f"entry {k}: old value of line {line}"
+    meta = await read_meta(ctx, memory)
+    valid, flag = meta["flag0"]
+    assert valid and flag.state == FlagState.SET and flag.entries == len(LOGGED)
+    assert meta["commit"][1].batch == 0
+    for line in UPDATE_LINES:
+        assert await backdoor_read(ctx, memory, line) == \
+            line_value(line, 100).to_bytes(64, "little")

@@ -15,13 +15,12 @@ from ckpt_fixtures import (
     EngineScript,
     Rig,
     backdoor_read,
+    check_first_batch_committed,
     command,
     configure,
     fake_engine,
-    line_value,
     load_tables,
     power_cycle,
-    read_group,
     read_meta,
     simulate,
     simulate_with_monitor,
@@ -90,18 +89,7 @@ def test_one_batch_logs_flags_updates_and_commits_in_order():
         assert ctx.get(ckpt.last_committed) == 0
         assert ctx.get(ckpt.counters.log_duplicates) == 1
 
-        header, data = await read_group(ctx, memory, area=0, group=0)
-        assert header.batch == 0 and header.count == len(LOGGED)
-        assert [int(header.lines[k]) for k in range(len(LOGGED))] == LOGGED
-        for k, line in enumerate(LOGGED):
-            assert data[k] == before[line], f"entry {k}: old value of line {line}"
-        meta = await read_meta(ctx, memory)
-        valid, flag = meta["flag0"]
-        assert valid and flag.state == FlagState.SET and flag.entries == len(LOGGED)
-        assert meta["commit"][1].batch == 0
-        for line in UPDATE_LINES:
-            assert await backdoor_read(ctx, memory, line) == \
-                line_value(line, 100).to_bytes(64, "little")
+        await check_first_batch_committed(ctx, memory, before)
 
         # Ordering at the memory port (invariants 1-3).
         def last(kind, before_cycle=None):

@@ -15,6 +15,7 @@ from ckpt_fixtures import (
     Rig,
     backdoor_read,
     backdoor_write,
+    check_first_batch_committed,
     command,
     configure,
     line_value,
@@ -92,18 +93,7 @@ def test_at_update_replays_the_lookup_at_update_and_logs_the_same_entries():
         assert await backdoor_read(ctx, memory, BUFFER_LINE + 8) == \
             (0x6A6A).to_bytes(64, "little")
 
-        header, data = await read_group(ctx, memory, area=0, group=0)
-        assert header.batch == 0 and header.count == len(LOGGED)
-        assert [int(header.lines[k]) for k in range(len(LOGGED))] == LOGGED
-        for k, line in enumerate(LOGGED):
-            assert data[k] == before[line], f"entry {k}: old value of line {line}"
-        meta = await read_meta(ctx, memory)
-        valid, flag = meta["flag0"]
-        assert valid and flag.state == FlagState.SET and flag.entries == len(LOGGED)
-        assert meta["commit"][1].batch == 0
-        for line in UPDATE_LINES:
-            assert await backdoor_read(ctx, memory, line) == \
-                line_value(line, 100).to_bytes(64, "little")
+        await check_first_batch_committed(ctx, memory, before)
 
         # Ordering at the memory port (invariants 1-3), and the replay wrote nothing.
         log_aws = [c for c, k, _ in own_writes if k == OwnWrite.LOG.value]
