@@ -405,7 +405,7 @@ class CheckpointEngine(wiring.Component):
         command = Signal(command_layout(aw))
         lookup_command = Signal(command_layout(aw))  # the last LOOKUP's (a replay repeats it)
         batch_log_mode = Signal(LogMode)  # log_mode as sampled when the open batch's LOOKUP came
-        replay_pending = Signal()  # AFTER_LOOKUP: LOOKUP(N)'s status is out, its replay is next
+        replay_pending = Signal()  # LOOKUP(N)'s status is out, its background replay is next
         replay_background = Signal()  # the running replay is a background one (no command waits)
         log_taken = Signal()       # the background replay logged the whole batch
         reply = Signal(status_layout())

@@ -245,16 +245,23 @@ async def train_log_modes_match_log_on_lookup(dut):
     assert lookups["LOOKUP_THEN_REPLAY"] <= lookups["AT_UPDATE"] * 1.05, lookups
 
 
+async def _crash_in_batch_3(dut, log_mode, *, seed_offset, step, on_phase, delays):
+    """A 6-batch run with ``log_mode`` in which power fails ``delays`` cycles after the device
+    reaches ``on_phase`` in ``step`` of batch 3; the recovery's result."""
+    draw = random.Random(cocotb.RANDOM_SEED + seed_offset)
+    bench = await Bench.create(dut, get_preset("tiny").replace(num_batches=6),
+                               log_mode=log_mode)
+    return await bench.run_with_failure(FailurePlan(
+        batch=3, step=step, delay=draw.randrange(*delays), seed=draw.randrange(1, 2**31),
+        on_phase=on_phase))
+
+
 @cocotb.test()
 async def crash_in_at_update_replay(dut):
     """AT_UPDATE: power fails while UPDATE(3) replays LOOKUP(3) (no flag yet): recovery
     reports c = 2, restores nothing, and training resumes bit-exact."""
-    draw = random.Random(cocotb.RANDOM_SEED + 5)
-    bench = await Bench.create(dut, get_preset("tiny").replace(num_batches=6),
-                               log_mode=LogMode.AT_UPDATE)
-    result = await bench.run_with_failure(FailurePlan(
-        batch=3, step="update", delay=draw.randrange(0, 150), seed=draw.randrange(1, 2**31),
-        on_phase=CheckpointPhase.REPLAY))
+    result = await _crash_in_batch_3(dut, LogMode.AT_UPDATE, seed_offset=5, step="update",
+                                     on_phase=CheckpointPhase.REPLAY, delays=(0, 150))
     assert result.device_phase == CheckpointPhase.REPLAY.name
     assert result.failure.phase == Phase.UPDATE
     assert result.reported_committed == 2 and result.restored_entries == 0
@@ -264,12 +271,8 @@ async def crash_in_at_update_replay(dut):
 async def crash_in_at_update_update(dut):
     """AT_UPDATE: power fails after UPDATE(3)'s flag, while rows are written in place: rolled
     back from the synchronously taken log, and training resumes bit-exact."""
-    draw = random.Random(cocotb.RANDOM_SEED + 6)
-    bench = await Bench.create(dut, get_preset("tiny").replace(num_batches=6),
-                               log_mode=LogMode.AT_UPDATE)
-    result = await bench.run_with_failure(FailurePlan(
-        batch=3, step="update", delay=draw.randrange(120, 400), seed=draw.randrange(1, 2**31),
-        on_phase=CheckpointPhase.UPDATE))
+    result = await _crash_in_batch_3(dut, LogMode.AT_UPDATE, seed_offset=6, step="update",
+                                     on_phase=CheckpointPhase.UPDATE, delays=(120, 400))
     assert result.failure.phase == Phase.UPDATE
     assert result.reported_committed == 2 and result.restored_entries > 0
 
@@ -279,11 +282,7 @@ async def crash_in_after_lookup_replay(dut):
     """AFTER_LOOKUP: power fails while the background replay of LOOKUP(3) logs it, after
     LOOKUP(3)'s status went to the host (no flag yet): recovery reports c = 2, restores
     nothing, and training resumes bit-exact."""
-    draw = random.Random(cocotb.RANDOM_SEED + 7)
-    bench = await Bench.create(dut, get_preset("tiny").replace(num_batches=6),
-                               log_mode=LogMode.AFTER_LOOKUP)
-    result = await bench.run_with_failure(FailurePlan(
-        batch=3, step="lookup", delay=draw.randrange(0, 150), seed=draw.randrange(1, 2**31),
-        on_phase=CheckpointPhase.REPLAY))
+    result = await _crash_in_batch_3(dut, LogMode.AFTER_LOOKUP, seed_offset=7, step="lookup",
+                                     on_phase=CheckpointPhase.REPLAY, delays=(0, 150))
     assert result.device_phase == CheckpointPhase.REPLAY.name
     assert result.reported_committed == 2 and result.restored_entries == 0
