@@ -65,6 +65,7 @@ __all__ = ["LookupEngine", "check_bool", "check_int", "check_stages"]
 
 LANES = 16
 _STREAMS = ("offsets", "indices", "weights")
+_FLOAT32_ONE = 0x3F80_0000
 
 
 def check_int(name, value, *, minimum, maximum=None, power_of_two=False, multiple_of=None):
@@ -138,6 +139,10 @@ class LookupEngine(wiring.Component):
         ``busy_cycles`` (a command in progress), ``rows_read`` (rows gathered),
         ``bytes_read``/``bytes_written`` (R and W beats x 64), ``stall_cycles`` (busy cycles
         with neither an R nor a W beat).
+    defer_mean : ``In(1)``
+        Sampled with each command: MEAN bags are written as their unscaled sums. A relaxed
+        lookup whose correction is still to come (``sw_model.relaxed``, step 4) uses it; the
+        update engine scales those bags once their corrections are in.
     mul_lanes, add_lanes : ``In(hw.fp.fp_lanes_signature(op=..., lanes=16))``
         Only with ``shared_lanes=True``: the pooling multiplier and adder are not built here
         but reached through these ports (:class:`~hw.emb.engine.EmbeddingEngine` shares one
@@ -175,6 +180,7 @@ class LookupEngine(wiring.Component):
             "regions": In(data.ArrayLayout(region_layout(addr_width), num_regions)),
             "axi": Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width)),
             "counters": Out(counters_layout()),
+            "defer_mean": In(1),
         })
 
     @staticmethod
@@ -275,6 +281,7 @@ class LookupEngine(wiring.Component):
         m.submodules.writer = writer = LineWriter(depth=self._output_depth, addr_width=aw)
 
         command = Signal(command_layout(aw))
+        defer_mean = Signal()
         entries = Signal(33)  # offsets entries: bags * tables + 1
         m.d.comb += entries.eq(command.bags * command.tables + 1)
         offset_lines = (entries + 15) >> 4
@@ -326,7 +333,15 @@ class LookupEngine(wiring.Component):
         wiring.connect(m, offsets_check.lines, offsets_validator.lines)
         wiring.connect(m, offsets_use.lines, bags.lines)
         wiring.connect(m, indices_check.lines, index_validator.lines)
-        wiring.connect(m, bags.descriptors, issuer.descriptors)
+        # A deferred lookup (relaxed mode, its correction still to come) leaves MEAN bags
+        # unscaled: sum * 1.0 + (-0.0) is the sum bit for bit, so only the factor changes.
+        m.d.comb += [
+            issuer.descriptors.valid.eq(bags.descriptors.valid),
+            issuer.descriptors.payload.eq(bags.descriptors.payload),
+            bags.descriptors.ready.eq(issuer.descriptors.ready),
+        ]
+        with m.If(defer_mean):
+            m.d.comb += issuer.descriptors.payload.scale.eq(_FLOAT32_ONE)
         wiring.connect(m, issuer.requests, reorder.request)
         wiring.connect(m, reorder.pop, pooler.ops)
         wiring.connect(m, pooler.out, writer.lines)
@@ -444,6 +459,7 @@ class LookupEngine(wiring.Component):
                     payload = self.cmd.payload
                     m.d.sync += [
                         command.eq(payload),
+                        defer_mean.eq(self.defer_mean),
                         status.eq(status_layout().const({})),
                         status.opcode.eq(payload.opcode),
                         status.batch.eq(payload.batch),

@@ -38,8 +38,9 @@ class Memory:
         return bytes(self.bytes.get(address + k, 0) for k in range(length))
 
 
-def run_commands(engine, memory, commands, tables, regions):
+def run_commands(engine, memory, commands, tables, regions, defer_mean=None):
     statuses = []
+    defer_mean = defer_mean or [0] * len(commands)
 
     async def testbench(ctx):
         axi = engine.axi
@@ -49,7 +50,8 @@ def run_commands(engine, memory, commands, tables, regions):
         ctx.set(axi.awready, 1)
         ctx.set(axi.wready, 1)
         waiting, addresses, beats, acks = [], [], [], 0
-        for command, table_entries in zip(commands, tables, strict=True):
+        for command, table_entries, defer in zip(commands, tables, defer_mean, strict=True):
+            ctx.set(engine.defer_mean, defer)
             ctx.set(engine.tables, data.ArrayLayout(table_layout(AW), 4).const(
                 table_entries + [{}] * (4 - len(table_entries))))
             ctx.set(engine.cmd.payload, command_layout(AW).const(command))
@@ -62,6 +64,7 @@ def run_commands(engine, memory, commands, tables, regions):
                  done_valid, done_payload) = sampled[2:]
                 if cmd_ready:
                     ctx.set(engine.cmd.valid, 0)
+                    ctx.set(engine.defer_mean, 0)  # sampled with the command only
                 if ar_valid:
                     waiting.append((cycle + 4, ar_id, ar_addr))
                 if aw_valid:
@@ -139,3 +142,42 @@ def test_lookup_end_to_end_in_pysim():
         assert same_bits(got, golden(item)).all()
     untouched = memory.read(placements[2].output, placements[2].output_bytes)
     assert untouched == bytes(placements[2].output_bytes)
+
+
+def test_deferred_lookup_leaves_mean_bags_unscaled():
+    """``defer_mean``: MEAN bags come out as their sums (a relaxed lookup's stale result before
+    its correction); the next command, without it, scales again."""
+    rng = np.random.default_rng(11)
+    while not ((case := random_case(rng, max_tables=2, dims=(16, 32), max_bags=3, max_bag=5,
+                                    max_rows=9, modes=[PoolingMode.MEAN, PoolingMode.SUM]))
+               .indices.size and PoolingMode.MEAN in case.modes):
+        pass
+    as_sums = LookupCase(case.tables, [PoolingMode.SUM] * len(case.tables), case.bags,
+                         case.indices, case.offsets, case.weights)
+    memory = Memory()
+    regions = [{"base": 0x1000_0000, "size": 0x10_0000, "enable": 1},
+               {"base": 0x2000_0000, "size": 0x10_0000, "enable": 1}]
+    commands, tables, placements = [], [], []
+    for k in range(2):
+        placement = Placement.lay_out(case, table_region=0x1000_0000 + k * 0x1_0000,
+                                      buffer_region=0x2000_0000 + k * 0x1_0000)
+        for table, base in zip(case.tables, placement.table_base, strict=True):
+            memory.write(base, table.tobytes())
+        memory.write(placement.indices, case.indices.tobytes())
+        memory.write(placement.offsets, case.offsets.tobytes())
+        memory.write(placement.weights, case.weights.tobytes())
+        commands.append({"opcode": Opcode.LOOKUP, "batch": k, "bags": case.bags,
+                         "tables": len(case.tables), "num_indices": case.indices.size,
+                         "indices": placement.indices, "offsets": placement.offsets,
+                         "weights": placement.weights, "output": placement.output})
+        tables.append([{"base": base, "rows": t.shape[0], "dim": t.shape[1], "mode": mode}
+                       for t, mode, base in zip(case.tables, case.modes,
+                                                placement.table_base, strict=True)])
+        placements.append(placement)
+    statuses = run_commands(LookupEngine(**PARAMS), memory, commands, tables, regions,
+                            defer_mean=[1, 0])
+    assert [s.error for s in statuses] == [ErrorCode.NONE, ErrorCode.NONE]
+    for placement, expected in zip(placements, (golden(as_sums), golden(case)), strict=True):
+        raw = memory.read(placement.output, placement.output_bytes)
+        got = np.frombuffer(raw, dtype=np.float32).reshape(case.bags, case.row_floats)
+        assert same_bits(got, expected).all()
