@@ -38,6 +38,33 @@ class Memory:
         return bytes(self.bytes.get(address + k, 0) for k in range(length))
 
 
+REGIONS = [{"base": 0x1000_0000, "size": 0x10_0000, "enable": 1},
+           {"base": 0x2000_0000, "size": 0x10_0000, "enable": 1}]
+
+
+def place_cases(memory, cases):
+    """Lay each case out in its own 64 KiB of both regions and write it to ``memory``;
+    return the LOOKUP commands (batch k for case k), table descriptors and placements."""
+    commands, tables, placements = [], [], []
+    for k, item in enumerate(cases):
+        placement = Placement.lay_out(item, table_region=0x1000_0000 + k * 0x1_0000,
+                                      buffer_region=0x2000_0000 + k * 0x1_0000)
+        for table, base in zip(item.tables, placement.table_base, strict=True):
+            memory.write(base, table.tobytes())
+        memory.write(placement.indices, item.indices.tobytes())
+        memory.write(placement.offsets, item.offsets.tobytes())
+        memory.write(placement.weights, item.weights.tobytes())
+        commands.append({"opcode": Opcode.LOOKUP, "batch": k, "bags": item.bags,
+                         "tables": len(item.tables), "num_indices": item.indices.size,
+                         "indices": placement.indices, "offsets": placement.offsets,
+                         "weights": placement.weights, "output": placement.output})
+        tables.append([{"base": base, "rows": t.shape[0], "dim": t.shape[1], "mode": mode}
+                       for t, mode, base in zip(item.tables, item.modes,
+                                                placement.table_base, strict=True)])
+        placements.append(placement)
+    return commands, tables, placements
+
+
 def run_commands(engine, memory, commands, tables, regions, defer_mean=None):
     statuses = []
     defer_mean = defer_mean or [0] * len(commands)
@@ -113,26 +140,8 @@ def test_lookup_end_to_end_in_pysim():
                      case.offsets, case.weights)
     bad.indices[-1] = case.tables[-1].shape[0]
     memory = Memory()
-    regions = [{"base": 0x1000_0000, "size": 0x10_0000, "enable": 1},
-               {"base": 0x2000_0000, "size": 0x10_0000, "enable": 1}]
-    commands, tables, placements = [], [], []
-    for k, item in enumerate((case, big, bad)):
-        placement = Placement.lay_out(item, table_region=0x1000_0000 + k * 0x1_0000,
-                                      buffer_region=0x2000_0000 + k * 0x1_0000)
-        for table, base in zip(item.tables, placement.table_base, strict=True):
-            memory.write(base, table.tobytes())
-        memory.write(placement.indices, item.indices.tobytes())
-        memory.write(placement.offsets, item.offsets.tobytes())
-        memory.write(placement.weights, item.weights.tobytes())
-        commands.append({"opcode": Opcode.LOOKUP, "batch": k, "bags": item.bags,
-                         "tables": len(item.tables), "num_indices": item.indices.size,
-                         "indices": placement.indices, "offsets": placement.offsets,
-                         "weights": placement.weights, "output": placement.output})
-        tables.append([{"base": base, "rows": t.shape[0], "dim": t.shape[1], "mode": mode}
-                       for t, mode, base in zip(item.tables, item.modes,
-                                                placement.table_base, strict=True)])
-        placements.append(placement)
-    statuses = run_commands(LookupEngine(**PARAMS), memory, commands, tables, regions)
+    commands, tables, placements = place_cases(memory, (case, big, bad))
+    statuses = run_commands(LookupEngine(**PARAMS), memory, commands, tables, REGIONS)
     assert [s.error for s in statuses] == [ErrorCode.NONE, ErrorCode.NONE,
                                            ErrorCode.INDEX_OUT_OF_RANGE]
     assert statuses[2].position == case.indices.size - 1
@@ -155,26 +164,8 @@ def test_deferred_lookup_leaves_mean_bags_unscaled():
     as_sums = LookupCase(case.tables, [PoolingMode.SUM] * len(case.tables), case.bags,
                          case.indices, case.offsets, case.weights)
     memory = Memory()
-    regions = [{"base": 0x1000_0000, "size": 0x10_0000, "enable": 1},
-               {"base": 0x2000_0000, "size": 0x10_0000, "enable": 1}]
-    commands, tables, placements = [], [], []
-    for k in range(2):
-        placement = Placement.lay_out(case, table_region=0x1000_0000 + k * 0x1_0000,
-                                      buffer_region=0x2000_0000 + k * 0x1_0000)
-        for table, base in zip(case.tables, placement.table_base, strict=True):
-            memory.write(base, table.tobytes())
-        memory.write(placement.indices, case.indices.tobytes())
-        memory.write(placement.offsets, case.offsets.tobytes())
-        memory.write(placement.weights, case.weights.tobytes())
-        commands.append({"opcode": Opcode.LOOKUP, "batch": k, "bags": case.bags,
-                         "tables": len(case.tables), "num_indices": case.indices.size,
-                         "indices": placement.indices, "offsets": placement.offsets,
-                         "weights": placement.weights, "output": placement.output})
-        tables.append([{"base": base, "rows": t.shape[0], "dim": t.shape[1], "mode": mode}
-                       for t, mode, base in zip(case.tables, case.modes,
-                                                placement.table_base, strict=True)])
-        placements.append(placement)
-    statuses = run_commands(LookupEngine(**PARAMS), memory, commands, tables, regions,
+    commands, tables, placements = place_cases(memory, (case, case))
+    statuses = run_commands(LookupEngine(**PARAMS), memory, commands, tables, REGIONS,
                             defer_mean=[1, 0])
     assert [s.error for s in statuses] == [ErrorCode.NONE, ErrorCode.NONE]
     for placement, expected in zip(placements, (golden(as_sums), golden(case)), strict=True):
