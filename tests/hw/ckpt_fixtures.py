@@ -302,6 +302,15 @@ async def table_image(ctx, memory):
                          *range(TABLE1_LINE, TABLE1_LINE + 32)]}
 
 
+async def open_device(ctx, ckpt, memory, log_mode):
+    """The usual start of a test: configure with ``log_mode``, load the tables, RECOVER.
+    Returns the tables' image before any batch and RECOVER's status."""
+    configure(ctx, ckpt, log_mode=log_mode)
+    await load_tables(ctx, memory)
+    before = await table_image(ctx, memory)
+    return before, await command(ctx, ckpt, Opcode.RECOVER, 0)
+
+
 def simulate_script(rig, script, host):
     """Run the testbench ``host`` against the rig, the stand-in engine following ``script``."""
     ckpt = rig.ckpt

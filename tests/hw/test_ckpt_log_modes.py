@@ -17,10 +17,9 @@ from ckpt_fixtures import (
     backdoor_write,
     check_first_batch_committed,
     command,
-    configure,
     line_value,
-    load_tables,
     lookups_and_updates,
+    open_device,
     power_cycle,
     read_group,
     read_meta,
@@ -62,10 +61,8 @@ def test_at_update_replays_the_lookup_at_update_and_logs_the_same_entries():
                 b_responses.append((cycle, bid - 12 if bid >= 12 else None))
 
     async def host(ctx):
-        configure(ctx, ckpt, log_mode=LogMode.AT_UPDATE)
-        await load_tables(ctx, memory)
-        before = await table_image(ctx, memory)
-        assert (await command(ctx, ckpt, Opcode.RECOVER, 0)).error == ErrorCode.NONE
+        before, recovered = await open_device(ctx, ckpt, memory, LogMode.AT_UPDATE)
+        assert recovered.error == ErrorCode.NONE
         writes_before = ctx.get(ckpt.counters.own_writes)
 
         status = await command(ctx, ckpt, Opcode.LOOKUP, 0)
@@ -118,10 +115,7 @@ def test_at_update_failed_replay_refuses_the_update_and_changes_nothing():
                           lookup_errors=(1,))
 
     async def host(ctx):
-        configure(ctx, ckpt, log_mode=LogMode.AT_UPDATE)
-        await load_tables(ctx, memory)
-        before = await table_image(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        before, _ = await open_device(ctx, ckpt, memory, LogMode.AT_UPDATE)
         assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
         status = await command(ctx, ckpt, Opcode.UPDATE, 0)
         assert status.error == ErrorCode.BAD_OPCODE and status.opcode == Opcode.UPDATE
@@ -156,9 +150,7 @@ def test_at_update_failed_replay_then_retried_update_commits():
                           lookup_errors=(1,))
 
     async def host(ctx):
-        configure(ctx, ckpt, log_mode=LogMode.AT_UPDATE)
-        await load_tables(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        await open_device(ctx, ckpt, memory, LogMode.AT_UPDATE)
         await command(ctx, ckpt, Opcode.LOOKUP, 0)
         assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.BAD_OPCODE
         status = await command(ctx, ckpt, Opcode.UPDATE, 0)   # the batch is still open
@@ -178,9 +170,7 @@ def test_at_update_is_sampled_when_the_lookup_is_accepted():
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
 
     async def host(ctx):
-        configure(ctx, ckpt)
-        await load_tables(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        await open_device(ctx, ckpt, memory, LogMode.ON_LOOKUP)
         # Batch 0: logged on lookup; AT_UPDATE set before UPDATE(0) changes nothing for it.
         await command(ctx, ckpt, Opcode.LOOKUP, 0)
         assert ctx.get(ckpt.counters.log_entries) == len(LOGGED)
@@ -216,10 +206,7 @@ def test_at_update_power_failure_during_update_rolls_back(where):
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
 
     async def host(ctx):
-        configure(ctx, ckpt, log_mode=LogMode.AT_UPDATE)
-        await load_tables(ctx, memory)
-        before = await table_image(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        before, _ = await open_device(ctx, ckpt, memory, LogMode.AT_UPDATE)
         assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
         ctx.set(ckpt.cmd.payload.opcode, Opcode.UPDATE)
         ctx.set(ckpt.cmd.payload.batch, 0)
@@ -260,9 +247,7 @@ def test_at_update_refuses_update_without_its_lookup():
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
 
     async def host(ctx):
-        configure(ctx, ckpt, log_mode=LogMode.AT_UPDATE)
-        await load_tables(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        await open_device(ctx, ckpt, memory, LogMode.AT_UPDATE)
         for batch in (0, 1):
             status = await command(ctx, ckpt, Opcode.UPDATE, batch)
             assert status.error == ErrorCode.BAD_OPCODE
@@ -303,10 +288,8 @@ def test_after_lookup_logs_in_the_background_before_the_update_comes():
                 b_responses.append((cycle, bid - 12 if bid >= 12 else None))
 
     async def host(ctx):
-        configure(ctx, ckpt, log_mode=LogMode.AFTER_LOOKUP)
-        await load_tables(ctx, memory)
-        before = await table_image(ctx, memory)
-        assert (await command(ctx, ckpt, Opcode.RECOVER, 0)).error == ErrorCode.NONE
+        before, recovered = await open_device(ctx, ckpt, memory, LogMode.AFTER_LOOKUP)
+        assert recovered.error == ErrorCode.NONE
 
         status = await command(ctx, ckpt, Opcode.LOOKUP, 0)
         assert status.error == ErrorCode.NONE and status.opcode == Opcode.LOOKUP
@@ -372,10 +355,7 @@ def test_after_lookup_an_early_update_waits_for_the_replay():
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
 
     async def host(ctx):
-        configure(ctx, ckpt, log_mode=LogMode.AFTER_LOOKUP)
-        await load_tables(ctx, memory)
-        before = await table_image(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        before, _ = await open_device(ctx, ckpt, memory, LogMode.AFTER_LOOKUP)
         for batch in range(3):
             assert (await command(ctx, ckpt, Opcode.LOOKUP, batch)).error == ErrorCode.NONE
             # UPDATE at once: the command waits while the replay runs.
@@ -402,9 +382,7 @@ def test_after_lookup_a_failed_background_replay_is_repeated_by_the_update():
                           lookup_errors=(1,))
 
     async def host(ctx):
-        configure(ctx, ckpt, log_mode=LogMode.AFTER_LOOKUP)
-        await load_tables(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        await open_device(ctx, ckpt, memory, LogMode.AFTER_LOOKUP)
         assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
         status = await command(ctx, ckpt, Opcode.UPDATE, 0)
         assert status.error == ErrorCode.NONE, ctx.get(ckpt.error)
@@ -426,10 +404,7 @@ def test_after_lookup_failed_lookup_then_update_replays_and_is_refused():
                           lookup_errors=(0, 1))
 
     async def host(ctx):
-        configure(ctx, ckpt, log_mode=LogMode.AFTER_LOOKUP)
-        await load_tables(ctx, memory)
-        before = await table_image(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        before, _ = await open_device(ctx, ckpt, memory, LogMode.AFTER_LOOKUP)
         assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.BUS_ERROR
         await ctx.tick().repeat(50)
         assert lookups_and_updates(script) == [Opcode.LOOKUP]
@@ -450,9 +425,7 @@ def test_after_lookup_power_failure_during_the_background_replay_loses_nothing()
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
 
     async def host(ctx):
-        configure(ctx, ckpt, log_mode=LogMode.AFTER_LOOKUP)
-        await load_tables(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        await open_device(ctx, ckpt, memory, LogMode.AFTER_LOOKUP)
         assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
         assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.NONE
         committed = await table_image(ctx, memory)
@@ -491,12 +464,9 @@ def test_lookup_then_replay_logs_what_fits_and_replays_the_rest():
                           update_lines=MANY_LINES)
 
     async def host(ctx):
-        configure(ctx, ckpt, log_mode=LogMode.LOOKUP_THEN_REPLAY)
         ctx.set(memory.write_rate_num, 1)   # one write per 20 cycles: the tap buffer fills
         ctx.set(memory.write_rate_den, 20)
-        await load_tables(ctx, memory)
-        before = await table_image(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        before, _ = await open_device(ctx, ckpt, memory, LogMode.LOOKUP_THEN_REPLAY)
         status = await command(ctx, ckpt, Opcode.LOOKUP, 0)
         assert status.error == ErrorCode.NONE
         on_lookup = ctx.get(ckpt.counters.log_entries)
@@ -530,10 +500,7 @@ def test_lookup_then_replay_without_drops_needs_no_replay():
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
 
     async def host(ctx):
-        configure(ctx, ckpt, log_mode=LogMode.LOOKUP_THEN_REPLAY)
-        await load_tables(ctx, memory)
-        before = await table_image(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        before, _ = await open_device(ctx, ckpt, memory, LogMode.LOOKUP_THEN_REPLAY)
         for batch in range(2):
             assert (await command(ctx, ckpt, Opcode.LOOKUP, batch)).error == ErrorCode.NONE
             assert (await command(ctx, ckpt, Opcode.UPDATE, batch)).error == ErrorCode.NONE
