@@ -82,6 +82,16 @@ class EmbeddingEngine(wiring.Component):
     axi : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
     counters : ``Out(counters_layout())``
         Sums of both engines' counters.
+    relaxed : ``In(1)``
+        Relaxed lookup (``sw_model.relaxed``), sampled with each LOOKUP. A LOOKUP that finds
+        the UPDATE of the batch it follows still to come (a LOOKUP ended OK since the last
+        UPDATE that did) is *deferred*: it pools the tables as they are, leaves MEAN bags
+        unscaled, and the engine keeps its command. The next UPDATE then corrects it, and
+        its status (not the LOOKUP's) says the pooled output is final. Any UPDATE ends the
+        deferral, so after a failed UPDATE the LOOKUP is issued again. A second LOOKUP while
+        one is deferred ends with ``LOOKUP_ALREADY_DEFERRED``.
+    deferred : ``Out(1)``
+        A deferred LOOKUP waits for its correction.
     """
 
     def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
@@ -123,6 +133,8 @@ class EmbeddingEngine(wiring.Component):
             "lr": In(32),
             "axi": Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width)),
             "counters": Out(counters_layout()),
+            "relaxed": In(1),
+            "deferred": Out(1),
         })
 
     @property
@@ -151,19 +163,36 @@ class EmbeddingEngine(wiring.Component):
         reply = Signal(status_layout())
         command = self.cmd.payload
 
+        # Relaxed lookup: whether an UPDATE is owed (a LOOKUP ended OK since the last UPDATE
+        # that did), and the deferred LOOKUP's command.
+        update_owed = Signal()
+        deferred = Signal()
+        deferred_command = Signal(command_layout(self._addr_width))
+        running = Signal(command_layout(self._addr_width))
+        running_deferred = Signal()
+        m.d.comb += self.deferred.eq(deferred)
+        is_lookup = command.opcode == Opcode.LOOKUP
+        defer_now = self.relaxed & update_owed & is_lookup
+        refuse_now = defer_now & deferred
+        if self._update is not None:
+            m.d.comb += [self._update.correct.eq(deferred_command),
+                         self._update.correct_enable.eq(deferred)]
+        m.d.comb += engines["lookup"].defer_mean.eq(defer_now)
+
         with m.FSM(name="dispatch"):
             with m.State("Idle"):
                 served = 0
                 for index, name in enumerate(order):
                     engine = engines[name]
-                    mine = command.opcode == opcode_engine[name]
+                    mine = (command.opcode == opcode_engine[name]) & ~refuse_now
                     served = served | mine
                     m.d.comb += [engine.cmd.payload.eq(command),
                                  engine.cmd.valid.eq(self.cmd.valid & mine)]
                     with m.If(mine):
                         m.d.comb += self.cmd.ready.eq(engine.cmd.ready)
                         with m.If(self.cmd.valid & engine.cmd.ready):
-                            m.d.sync += owner.eq(index)
+                            m.d.sync += [owner.eq(index), running.eq(command),
+                                         running_deferred.eq(defer_now)]
                             m.next = "Busy"
                 with m.If(~served):
                     m.d.comb += self.cmd.ready.eq(1)
@@ -172,8 +201,9 @@ class EmbeddingEngine(wiring.Component):
                             reply.eq(status_layout().const({})),
                             reply.opcode.eq(command.opcode),
                             reply.batch.eq(command.batch),
-                            reply.error.eq(Mux(command.opcode == Opcode.NOP,
-                                               ErrorCode.NONE, ErrorCode.BAD_OPCODE)),
+                            reply.error.eq(Mux(refuse_now, ErrorCode.LOOKUP_ALREADY_DEFERRED,
+                                               Mux(command.opcode == Opcode.NOP,
+                                                   ErrorCode.NONE, ErrorCode.BAD_OPCODE))),
                         ]
                         m.next = "Reply"
             with m.State("Busy"):
@@ -184,6 +214,17 @@ class EmbeddingEngine(wiring.Component):
                                      self.done.payload.eq(engine.done.payload),
                                      engine.done.ready.eq(self.done.ready)]
                         with m.If(engine.done.valid & self.done.ready):
+                            ok = engine.done.payload.error == ErrorCode.NONE
+                            if name == "lookup":
+                                with m.If(ok):
+                                    m.d.sync += update_owed.eq(1)
+                                    with m.If(running_deferred):
+                                        m.d.sync += [deferred.eq(1),
+                                                     deferred_command.eq(running)]
+                            else:
+                                m.d.sync += deferred.eq(0)
+                                with m.If(ok):
+                                    m.d.sync += update_owed.eq(deferred)
                             m.next = "Idle"
             with m.State("Reply"):
                 m.d.comb += [self.done.valid.eq(1), self.done.payload.eq(reply)]

@@ -25,6 +25,14 @@ How a command runs
    writes drain while the next chunk accumulates (that phase reads only gradients).
 5. The status is reported once every write has completed (is persistent).
 
+**Correcting a relaxed lookup** (``correct_enable``, ``sw_model.relaxed``): the deferred
+LOOKUP(N+1)'s command comes along with UPDATE(N). Its descriptors are checked and its offsets
+and indices validated too, before any row is written. Batch N must then fit in one chunk
+(``CORRECTION_OVERFLOW`` otherwise, found before the first row write); the apply keeps
+``new - old`` per line in the gradient buffer, the CAM keeps its rows, and
+:class:`~.update_correct.CorrectionSequencer` walks batch N+1, adding the deltas of the rows
+both batches touch to its pooled output and scaling its MEAN bags.
+
 Bus errors (``rresp``/``bresp`` not OKAY) stop all new reads, drop the row writes not yet
 offered and end the command with ``BUS_ERROR`` after the bus is quiet; rows already written
 stay written. Every read and write is one 64-byte line with ID 0 (so AXI returns responses
@@ -32,7 +40,7 @@ in order; ``id_width`` only sizes the port). Gradient, index, offset and weight 
 not overlap the tables (they are read while rows are written).
 """
 
-from amaranth.hdl import Cat, Const, Module, ResetInserter, Shape, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Shape, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -42,6 +50,7 @@ from hw.mem.axi import AXI4Signature
 from .layouts import (
     LINE_BYTES,
     ErrorCode,
+    Opcode,
     command_layout,
     counters_layout,
     region_layout,
@@ -50,6 +59,7 @@ from .layouts import (
 )
 from .lookup import check_bool
 from .update_checks import CommandChecker
+from .update_correct import CorrectionSequencer
 from .update_datapath import UpdateDatapath
 from .update_fetch import GradientFetch, RowFetch, chunk_occurrence_layout
 from .update_reads import ReadRouter, WordReader
@@ -116,6 +126,9 @@ class UpdateEngine(wiring.Component):
         Free-running: ``busy_cycles`` (a command is in progress), ``rows_read`` (table rows
         fetched for updating), ``bytes_read``/``bytes_written`` (AXI data beats x 64),
         ``stall_cycles`` (busy, something waits on the bus, and no channel moved).
+    correct : ``In(command_layout(addr_width))``, correct_enable : ``In(1)``
+        Sampled with each command: with ``correct_enable``, ``correct`` is a deferred relaxed
+        LOOKUP of the next batch to correct (module docstring).
     mul_lanes, add_lanes : ``In(hw.fp.fp_lanes_signature(op=..., lanes=16, tag_width=...))``
         Only with ``shared_lanes=True``: the multiplier and adder are not built here but
         reached through these ports (:class:`~hw.emb.engine.EmbeddingEngine` shares one set
@@ -171,6 +184,8 @@ class UpdateEngine(wiring.Component):
             "axi": Out(AXI4Signature(addr_width=addr_width, data_width=512,
                                      id_width=id_width)),
             "counters": Out(counters_layout()),
+            "correct": In(command_layout(addr_width)),
+            "correct_enable": In(1),
         })
 
     @property
@@ -263,11 +278,20 @@ class UpdateEngine(wiring.Component):
                      ("gradient", self._outstanding_reads),
                      ("indices", _STREAM_DEPTH),
                      ("weights", _STREAM_DEPTH),
-                     ("offsets", _STREAM_DEPTH)]))
+                     ("offsets", _STREAM_DEPTH),
+                     ("bag", max(3, self.lines_per_row)),
+                     ("deferred_indices", _STREAM_DEPTH),
+                     ("deferred_weights", _STREAM_DEPTH),
+                     ("deferred_offsets", _STREAM_DEPTH)]))
         readers = {name: per_command(f"{name}_reader",
                                      WordReader(line_address_width=line_address_width))
                    for name in ("offsets", "indices", "weights")}
+        deferred_readers = {name: per_command(f"deferred_{name}_reader",
+                                              WordReader(line_address_width=line_address_width))
+                            for name in ("offsets", "indices", "weights")}
         walker = per_command("walker", OccurrenceWalker(
+            max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw))
+        deferred_walker = per_command("deferred_walker", OccurrenceWalker(
             max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw))
         gradient_fetch = per_command("gradient_fetch", GradientFetch(
             table_width=walker.table_width, line_width=walker.line_width,
@@ -288,11 +312,25 @@ class UpdateEngine(wiring.Component):
             wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)
         writes = per_command("writes", WriteQueue(
             line_address_width=line_address_width, max_outstanding=_MAX_OUTSTANDING_WRITES))
+        corrector = per_command("corrector", CorrectionSequencer(
+            max_tables=self._max_tables, addr_width=aw, table_width=walker.table_width,
+            line_width=walker.line_width, slot_width=Shape.cast(range(capacity)).width))
 
-        # The command, latched when accepted.
+        # The command, latched when accepted, and the deferred lookup it corrects.
         command = Signal(command_layout(aw))
+        deferred = Signal(command_layout(aw))
+        correcting = Signal()
+        checking_deferred = Signal()
+        deferred_row_lines = Signal.like(checker.row_lines)
+        deferred_use_weights = Signal()
+        deferred_as_update = Signal(command_layout(aw))
+        m.d.comb += [deferred_as_update.eq(deferred),
+                     deferred_as_update.opcode.eq(Opcode.UPDATE)]
         m.d.comb += [
-            checker.command.eq(command),
+            checker.command.eq(Mux(checking_deferred, deferred_as_update, command)),
+            deferred_walker.descriptors.eq(self.tables),
+            corrector.descriptors.eq(self.tables),
+            datapath.keep_deltas.eq(correcting),
             checker.descriptors.eq(self.tables),
             checker.regions.eq(self.regions),
             walker.descriptors.eq(self.tables),
@@ -319,6 +357,35 @@ class UpdateEngine(wiring.Component):
             walker.row_lines.eq(checker.row_lines),
             walker.use_weights.eq(checker.use_weights),
         ]
+
+        # The deferred lookup's walk (validation, then the correction).
+        for name, reader in deferred_readers.items():
+            wiring.connect(m, reader.request, getattr(router, f"deferred_{name}_request"))
+            wiring.connect(m, getattr(router, f"deferred_{name}_response"), reader.lines)
+            wiring.connect(m, reader.o, getattr(deferred_walker, name))
+        m.d.comb += [
+            deferred_readers["offsets"].base.eq(deferred.offsets >> 6),
+            deferred_readers["offsets"].words.eq(deferred.tables * deferred.bags + 1),
+            deferred_readers["indices"].base.eq(deferred.indices >> 6),
+            deferred_readers["indices"].words.eq(deferred.num_indices),
+            deferred_readers["weights"].base.eq(deferred.weights >> 6),
+            deferred_readers["weights"].words.eq(deferred.num_indices),
+            deferred_walker.bags.eq(deferred.bags),
+            deferred_walker.tables.eq(deferred.tables),
+            deferred_walker.num_indices.eq(deferred.num_indices),
+            deferred_walker.gradient.eq(deferred.output >> 6),
+            deferred_walker.row_lines.eq(deferred_row_lines),
+            deferred_walker.use_weights.eq(deferred_use_weights),
+            corrector.walk_done.eq(deferred_walker.status.done),
+            unique.probe.eq(corrector.probe),
+            unique.probe_key.eq(corrector.probe_key),
+            corrector.probe_hit.eq(unique.probe_hit),
+            corrector.probe_slot.eq(unique.probe_slot),
+        ]
+        wiring.connect(m, deferred_walker.o, corrector.occurrences)
+        wiring.connect(m, corrector.bag_request, router.bag_request)
+        wiring.connect(m, router.bag_response, datapath.bag_lines)
+        wiring.connect(m, corrector.ops, datapath.correction)
 
         # Occurrences: walker -> gradient fetch -> unique rows -> accumulation.
         wiring.connect(m, walker.o, gradient_fetch.i)
@@ -403,7 +470,19 @@ class UpdateEngine(wiring.Component):
                 walker.mode.eq(mode),
             ]
 
+        def start_deferred_walk(mode):
+            m.d.comb += [
+                deferred_readers["offsets"].start.eq(1),
+                deferred_readers["indices"].start.eq(mode != WalkMode.OFFSETS),
+                deferred_readers["weights"].start.eq((mode == WalkMode.UPDATE) &
+                                                     deferred_use_weights),
+                deferred_walker.start.eq(1),
+                deferred_walker.mode.eq(mode),
+            ]
+
         walk_failed = walker.status.done & (walker.status.error != ErrorCode.NONE)
+        deferred_walk_failed = (deferred_walker.status.done &
+                                (deferred_walker.status.error != ErrorCode.NONE))
         # (The queue's level counts an entry still moving to its output, unlike r_rdy.)
         walk_finished = (walker.status.done & ~walker.o.valid & gradient_fetch.idle &
                          (waiting.level == 0))
@@ -416,11 +495,29 @@ class UpdateEngine(wiring.Component):
                     m.d.comb += [clear.eq(1), checker.start.eq(1)]
                     m.d.sync += [
                         command.eq(self.cmd.payload),
+                        deferred.eq(self.correct),
+                        correcting.eq(self.correct_enable),
+                        checking_deferred.eq(self.correct_enable),
                         error.eq(ErrorCode.NONE), error_table.eq(0), error_bag.eq(0),
                         error_position.eq(0), bus_error.eq(0), last_chunk.eq(0),
                         halted.eq(0),
                     ]
-                    m.next = "Check"
+                    with m.If(self.correct_enable):
+                        m.next = "Check-Deferred"
+                    with m.Else():
+                        m.next = "Check"
+
+            with m.State("Check-Deferred"):
+                with m.If(checker.status.done):
+                    with m.If(checker.status.error != ErrorCode.NONE):
+                        record(checker.status)
+                        m.next = "Done"
+                    with m.Else():
+                        m.d.sync += [deferred_row_lines.eq(checker.row_lines),
+                                     deferred_use_weights.eq(checker.use_weights),
+                                     checking_deferred.eq(0)]
+                        m.d.comb += checker.start.eq(1)
+                        m.next = "Check"
 
             with m.State("Check"):
                 with m.If(checker.status.done):
@@ -431,18 +528,44 @@ class UpdateEngine(wiring.Component):
                         start_walk(WalkMode.OFFSETS)
                         m.next = "Validate-Offsets"
 
-            for state, mode, following in (("Validate-Offsets", WalkMode.INDICES,
-                                            "Validate-Indices"),
-                                           ("Validate-Indices", WalkMode.UPDATE,
-                                            "Accumulate")):
+            with m.State("Validate-Offsets"):
+                with m.If(bus_error):
+                    m.next = "Drain"
+                with m.Elif(walk_failed):
+                    record(walker.status)
+                    m.next = "Drain"
+                with m.Elif(walker.status.done):
+                    start_walk(WalkMode.INDICES)
+                    m.next = "Validate-Indices"
+
+            with m.State("Validate-Indices"):
+                with m.If(bus_error):
+                    m.next = "Drain"
+                with m.Elif(walk_failed):
+                    record(walker.status)
+                    m.next = "Drain"
+                with m.Elif(walker.status.done):
+                    with m.If(correcting):
+                        start_deferred_walk(WalkMode.OFFSETS)
+                        m.next = "Validate-Deferred-Offsets"
+                    with m.Else():
+                        start_walk(WalkMode.UPDATE)
+                        m.next = "Accumulate"
+
+            for state, mode, following in (("Validate-Deferred-Offsets", WalkMode.INDICES,
+                                            "Validate-Deferred-Indices"),
+                                           ("Validate-Deferred-Indices", None, "Accumulate")):
                 with m.State(state):
                     with m.If(bus_error):
                         m.next = "Drain"
-                    with m.Elif(walk_failed):
-                        record(walker.status)
+                    with m.Elif(deferred_walk_failed):
+                        record(deferred_walker.status)
                         m.next = "Drain"
-                    with m.Elif(walker.status.done):
-                        start_walk(mode)
+                    with m.Elif(deferred_walker.status.done):
+                        if mode is None:
+                            start_walk(WalkMode.UPDATE)
+                        else:
+                            start_deferred_walk(mode)
                         m.next = following
 
             with m.State("Accumulate"):
@@ -450,6 +573,10 @@ class UpdateEngine(wiring.Component):
                     m.next = "Drain"
                 with m.Elif(walk_failed):  # only if memory changed since the validation
                     record(walker.status)
+                    m.next = "Drain"
+                with m.Elif(unique.full & correcting):
+                    # The correction needs all of batch N's rows at once; no row is written.
+                    m.d.sync += error.eq(ErrorCode.CORRECTION_OVERFLOW)
                     m.next = "Drain"
                 with m.Elif(unique.full):
                     m.next = "Chunk-Settle"
@@ -461,7 +588,9 @@ class UpdateEngine(wiring.Component):
                 with m.If(bus_error):
                     m.next = "Drain"
                 with m.Elif(~unique.o.valid & datapath.accumulate_idle):
-                    with m.If(unique.count == 0):
+                    with m.If((unique.count == 0) & correcting):
+                        m.next = "Correct-Start"
+                    with m.Elif(unique.count == 0):
                         m.next = "Flush"
                     with m.Else():
                         m.next = "Chunk-Writes"
@@ -479,11 +608,29 @@ class UpdateEngine(wiring.Component):
                 with m.If(bus_error):
                     m.next = "Drain"
                 with m.Elif(~row_fetch.busy & datapath.apply_idle):
-                    m.d.comb += unique.clear.eq(1)
-                    with m.If(last_chunk):
+                    with m.If(correcting):
+                        # (One chunk: the CAM keeps its rows for the correction's lookups.)
+                        m.next = "Correct-Start"
+                    with m.Elif(last_chunk):
+                        m.d.comb += unique.clear.eq(1)
                         m.next = "Flush"
                     with m.Else():
+                        m.d.comb += unique.clear.eq(1)
                         m.next = "Accumulate"
+
+            with m.State("Correct-Start"):
+                start_deferred_walk(WalkMode.UPDATE)
+                m.d.comb += corrector.start.eq(1)
+                m.next = "Correct"
+
+            with m.State("Correct"):
+                with m.If(bus_error):
+                    m.next = "Drain"
+                with m.Elif(deferred_walk_failed):  # only if memory changed since validation
+                    record(deferred_walker.status)
+                    m.next = "Drain"
+                with m.Elif(corrector.done & datapath.correction_idle):
+                    m.next = "Flush"
 
             with m.State("Flush"):
                 with m.If(bus_error):

@@ -5,7 +5,12 @@ and one adder serve both, one job at a time (the engine never overlaps them):
 
 * accumulate (per gradient line of an occurrence):
   ``acc[slot, line] = (fresh ? +0.0 : acc[slot, line]) + grad_line * scale``;
-* apply (per line of a row of the chunk): ``row_line - lr * acc[slot, line]``, to be written.
+* apply (per line of a row of the chunk): ``row_line - lr * acc[slot, line]``, to be written;
+  with ``keep_deltas`` the new line minus the old one then replaces ``acc[slot, line]``
+  (``sw_model.relaxed``, step 1: what the row changed by);
+* correct (a relaxed lookup's bag, held in ``lines_per_slot`` accumulator registers):
+  ``bag[line] = bag[line] + delta[slot, line] * factor``; ``bag[line] = bag[line] * (1/L)``
+  for MEAN (as ``product + (-0.0)``, exact); load and store a bag.
 
 The gradient buffer holds ``capacity`` slots of ``max_dim / 16`` lines. An accumulation reads
 its slot's line when the product leaves the multiplier and writes the sum when it leaves the
@@ -14,8 +19,8 @@ of the first (it would read the sum before it is written): a short window of rec
 stalls it.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, unsigned
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Shape, Signal, unsigned
+from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -25,9 +30,37 @@ from hw.fp.common import check_stages
 from .update_fetch import row_context_layout
 from .update_reads import LINE_BITS
 
-__all__ = ["UpdateDatapath"]
+__all__ = ["CorrectionKind", "UpdateDatapath", "correction_op_layout"]
 
 _LANES = 16
+_NEGATIVE_ZERO_LINE = Const(int("80000000" * _LANES, 16), 32 * _LANES)
+
+
+class CorrectionKind(enum.Enum, shape=2):
+    """What one correction op does to the bag registers, over the op's ``lines``."""
+    LOAD = 0     # take the lines from ``bag_lines`` (after every earlier op has finished)
+    CORRECT = 1  # bag[l] = bag[l] + delta[slot, l] * factor
+    SCALE = 2    # bag[l] = bag[l] * factor (after every CORRECT has finished)
+    STORE = 3    # write bag[l] to line ``address + l`` (after every earlier op has finished)
+
+
+class _Job(enum.Enum, shape=3):
+    """What an operation in the shared multiplier and adder is for (carried in the tags)."""
+    ACCUMULATE = 0
+    APPLY = 1
+    DELTA = 2
+    CORRECT = 3
+    SCALE = 4
+
+
+def correction_op_layout(*, slot_width, line_width, line_address_width):
+    return data.StructLayout({
+        "kind": CorrectionKind,
+        "slot": unsigned(slot_width),
+        "lines": unsigned(line_width),
+        "factor": 32,
+        "address": unsigned(line_address_width),
+    })
 
 
 class UpdateDatapath(wiring.Component):
@@ -69,6 +102,16 @@ class UpdateDatapath(wiring.Component):
     writes_queued : ``Out(1)``
         Finished row lines wait in the write queue (counted by level: the queue's ``valid``
         lags a write by a cycle or two).
+    keep_deltas : ``In(1)``
+        Apply also stores ``new - old`` per line in the gradient buffer (hold it for the whole
+        command). Apply then takes one line at a time, so the subtraction finds the adder
+        free.
+    correction : ``In(stream.Signature(correction_op_layout(...)))``
+        Correction ops (:class:`CorrectionKind`), run in order one line per cycle.
+    bag_lines : ``In(stream.Signature(512))``
+        Lines for LOAD ops.
+    correction_idle : ``Out(1)``
+        No correction op waits or is in flight.
     """
 
     def __init__(self, *, capacity, lines_per_slot, line_address_width, mul_stages=None,
@@ -114,6 +157,12 @@ class UpdateDatapath(wiring.Component):
             "accumulate_idle": Out(1),
             "apply_idle": Out(1),
             "writes_queued": Out(1),
+            "keep_deltas": In(1),
+            "correction": In(stream.Signature(correction_op_layout(
+                slot_width=self._slot_width, line_width=self._line_width,
+                line_address_width=line_address_width))),
+            "bag_lines": In(stream.Signature(LINE_BITS)),
+            "correction_idle": Out(1),
         })
 
     @staticmethod
@@ -122,11 +171,13 @@ class UpdateDatapath(wiring.Component):
         with): ``(mul_tag, add_tag)``."""
         buffer_address = Shape.cast(range(capacity * lines_per_slot))
         mul_tag = data.StructLayout({
-            "apply": 1, "fresh": 1, "buffer": buffer_address,
+            "job": _Job, "fresh": 1, "buffer": buffer_address,
             "row": LINE_BITS, "address": line_address_width,
         })
+        # ``row`` (the old line) rides through the adder too, for apply's ``new - old``.
         add_tag = data.StructLayout({
-            "apply": 1, "buffer": buffer_address, "address": line_address_width,
+            "job": _Job, "buffer": buffer_address, "row": LINE_BITS,
+            "address": line_address_width,
         })
         return mul_tag, add_tag
 
@@ -161,6 +212,7 @@ class UpdateDatapath(wiring.Component):
         m = Module()
         buffer_address = Shape.cast(range(self.buffer_lines))
         mul_tag, add_tag = self._mul_tag, self._add_tag
+        lps = self._lines_per_slot
         if self._shared_lanes:
             multiplier, adder = self.mul_lanes, self.add_lanes  # (used as a unit's ports)
         else:
@@ -181,20 +233,29 @@ class UpdateDatapath(wiring.Component):
             self.writes.payload.eq(writes.r_data),
             writes.r_en.eq(self.writes.ready),
         ]
+        # A relaxed lookup's bag being corrected (registers: at most max_dim / 16 lines).
+        bag = Array(Signal(LINE_BITS, name=f"bag_{line}") for line in range(lps))
 
         accumulating = Signal(range(self.accumulate_latency + 2))
         applying = Signal(range(self._write_depth + 1))
+        subtracting = Signal(range(self._write_depth + 2))  # apply's ``new - old`` in flight
+        correcting = Signal(range(self.accumulate_latency + 4))  # CORRECT/SCALE in flight
+        scaling = Signal(range(self.accumulate_latency + 4))     # SCALE in flight
+        feedback_valid = Signal()
+        correction_staged = Signal()
         m.d.comb += [
             self.accumulate_idle.eq((accumulating == 0) & ~self.accumulate.valid),
-            self.apply_idle.eq(applying == 0),
+            self.apply_idle.eq((applying == 0) & (subtracting == 0) & ~feedback_valid),
             self.writes_queued.eq(writes.level != 0),
+            self.correction_idle.eq((correcting == 0) & ~correction_staged &
+                                    ~self.correction.valid),
         ]
 
         # Accumulate: one gradient line per cycle, unless the line is still being summed.
         occurrence = self.accumulate.payload
         line = Signal(self._line_width)
         target = Signal(buffer_address)
-        m.d.comb += target.eq(occurrence.slot * self._lines_per_slot + line)
+        m.d.comb += target.eq(occurrence.slot * lps + line)
         recent = [Signal(data.StructLayout({"valid": 1, "buffer": buffer_address}),
                          name=f"recent_{age}") for age in range(self.hazard_window)]
         busy_line = Cat(*(entry.valid & (entry.buffer == target) for entry in recent)).any()
@@ -218,49 +279,120 @@ class UpdateDatapath(wiring.Component):
         # and read its gradient sum. Stage B: multiply lr by the sum.
         context = self.row_context.payload
         apply_go = Signal()
+        # (keep_deltas: one line at a time, so ``new - old`` always finds the adder free.)
+        subtract_slot_taken = self.keep_deltas & ((applying != 0) | (subtracting != 0) |
+                                                  feedback_valid)
         m.d.comb += apply_go.eq(
             self.rows.valid & self.row_context.valid & (accumulating == 0) &
-            ~wants_accumulate & (writes.level + applying < self._write_depth))
+            ~wants_accumulate & (writes.level + applying < self._write_depth) &
+            ~subtract_slot_taken)
         apply_row = Signal(LINE_BITS)
         apply_address = Signal(self._line_address_width)
+        apply_buffer = Signal(buffer_address)
         apply_ready = Signal()
-        m.d.comb += [self.rows.ready.eq(apply_go), self.row_context.ready.eq(apply_go)]
+        stage_a_buffer = Signal(buffer_address)
+        m.d.comb += [
+            self.rows.ready.eq(apply_go), self.row_context.ready.eq(apply_go),
+            stage_a_buffer.eq(context.slot * lps + context.line),
+        ]
         m.d.sync += apply_ready.eq(apply_go)
         with m.If(apply_go):
-            m.d.sync += [apply_row.eq(self.rows.payload), apply_address.eq(context.address)]
+            m.d.sync += [apply_row.eq(self.rows.payload), apply_address.eq(context.address),
+                         apply_buffer.eq(stage_a_buffer)]
 
-        # Multiplier input: an accumulation or an apply stage B, never both (see the guards).
+        # Correction ops, stage 0: one line per cycle (reading its delta for CORRECT);
+        # stage 1 feeds the multiplier.
+        op = self.correction.payload
+        op_line = Signal(self._line_width)
+        op_last = op_line + 1 == op.lines
+        bag_recent = [Signal(data.StructLayout({"valid": 1, "line": self._line_width}),
+                             name=f"bag_recent_{age}") for age in range(self.hazard_window)]
+        bag_line_busy = Cat(*(entry.valid & (entry.line == op_line)
+                              for entry in bag_recent)).any()
+        correct_go = Signal()
+        scale_go = Signal()
+        load_go = Signal()
+        store_go = Signal()
+        quiet = (correcting == 0) & ~correction_staged
+        with m.If(self.correction.valid):
+            with m.Switch(op.kind):
+                with m.Case(CorrectionKind.LOAD):
+                    m.d.comb += load_go.eq(quiet & self.bag_lines.valid)
+                with m.Case(CorrectionKind.CORRECT):
+                    m.d.comb += correct_go.eq(~bag_line_busy)
+                with m.Case(CorrectionKind.SCALE):
+                    # (Every op in flight, staged ones included, is a SCALE: no CORRECT left.)
+                    m.d.comb += scale_go.eq(correcting == scaling)
+                with m.Case(CorrectionKind.STORE):
+                    m.d.comb += store_go.eq(quiet & writes.w_rdy)
+        op_go = load_go | correct_go | scale_go | store_go
+        with m.If(op_go):
+            with m.If(op_last):
+                m.d.comb += self.correction.ready.eq(1)
+                m.d.sync += op_line.eq(0)
+            with m.Else():
+                m.d.sync += op_line.eq(op_line + 1)
+        m.d.comb += self.bag_lines.ready.eq(load_go)
+        with m.If(load_go):
+            m.d.sync += bag[op_line].eq(self.bag_lines.payload)
+        for newer, older in zip([None, *bag_recent], bag_recent, strict=False):
+            if newer is None:
+                m.d.sync += [older.valid.eq(correct_go), older.line.eq(op_line)]
+            else:
+                m.d.sync += older.eq(newer)
+        staged_job = Signal(_Job)
+        staged_line = Signal(self._line_width)
+        staged_factor = Signal(32)
+        m.d.sync += correction_staged.eq(correct_go | scale_go)
+        with m.If(correct_go | scale_go):
+            m.d.sync += [staged_job.eq(Mux(correct_go, _Job.CORRECT, _Job.SCALE)),
+                         staged_line.eq(op_line), staged_factor.eq(op.factor)]
+
+        # Multiplier input: an accumulation, an apply stage B or a correction stage 1, never
+        # two at once (the engine runs one phase at a time).
         mul_in = multiplier.i.payload
         mul_in_tag = Signal(mul_tag)
         m.d.comb += [
-            multiplier.i.valid.eq(accumulate_go | apply_ready),
+            multiplier.i.valid.eq(accumulate_go | apply_ready | correction_staged),
             mul_in.tag.eq(mul_in_tag),
         ]
         with m.If(apply_ready):
             m.d.comb += [
                 mul_in.a.eq(Cat(*[self.lr] * _LANES)),
                 mul_in.b.eq(buffer_read.data),
-                mul_in_tag.apply.eq(1),
+                mul_in_tag.job.eq(_Job.APPLY),
                 mul_in_tag.row.eq(apply_row),
                 mul_in_tag.address.eq(apply_address),
+                mul_in_tag.buffer.eq(apply_buffer),
+            ]
+        with m.Elif(correction_staged):
+            m.d.comb += [
+                mul_in.a.eq(Mux(staged_job == _Job.CORRECT, buffer_read.data,
+                                bag[staged_line])),
+                mul_in.b.eq(Cat(*[staged_factor] * _LANES)),
+                mul_in_tag.job.eq(staged_job),
+                mul_in_tag.buffer.eq(staged_line),
             ]
         with m.Else():
             m.d.comb += [
                 mul_in.a.eq(self.gradient.payload),
                 mul_in.b.eq(Cat(*[occurrence.scale] * _LANES)),
+                mul_in_tag.job.eq(_Job.ACCUMULATE),
                 mul_in_tag.fresh.eq(occurrence.fresh),
                 mul_in_tag.buffer.eq(target),
             ]
 
         # The gradient buffer's one read port: the running sum for a product leaving the
-        # multiplier (accumulate), otherwise the sum for the row line taken in stage A.
+        # multiplier (accumulate), a correction's delta, otherwise the sum for the row line
+        # taken in stage A.
         product_tag = Signal(mul_tag)
         m.d.comb += product_tag.eq(multiplier.o.payload.tag)
-        with m.If(multiplier.o.valid & ~product_tag.apply):
+        with m.If(multiplier.o.valid & (product_tag.job == _Job.ACCUMULATE)):
             m.d.comb += buffer_read.addr.eq(product_tag.buffer)
+        with m.Elif(self.correction.valid & (op.kind == CorrectionKind.CORRECT)):
+            m.d.comb += buffer_read.addr.eq(op.slot * lps + op_line)
         with m.Else():
-            m.d.comb += buffer_read.addr.eq(
-                context.slot * self._lines_per_slot + context.line)
+            m.d.comb += buffer_read.addr.eq(stage_a_buffer)
 
         # One register stage while the buffer read completes, then the adder.
         held_valid = Signal()
@@ -271,34 +403,72 @@ class UpdateDatapath(wiring.Component):
             held_product.eq(multiplier.o.payload.result),
             held_tag.eq(product_tag),
         ]
+        # Apply's new line and its old one, back into the adder the cycle after (``new - old``).
+        feedback = Signal(data.StructLayout({"new": LINE_BITS, "old": LINE_BITS,
+                                             "buffer": buffer_address}))
         add_in = adder.i.payload
         add_in_tag = Signal(add_tag)
-        m.d.comb += [
-            adder.i.valid.eq(held_valid),
-            add_in.b.eq(held_product),
-            add_in.sub.eq(held_tag.apply),
-            add_in.a.eq(Mux(held_tag.apply, held_tag.row,
-                            Mux(held_tag.fresh, Const(0, LINE_BITS), buffer_read.data))),
-            add_in_tag.apply.eq(held_tag.apply),
-            add_in_tag.buffer.eq(held_tag.buffer),
-            add_in_tag.address.eq(held_tag.address),
-            add_in.tag.eq(add_in_tag),
-        ]
+        m.d.comb += add_in.tag.eq(add_in_tag)
+        with m.If(feedback_valid):
+            m.d.comb += [
+                adder.i.valid.eq(1),
+                add_in.a.eq(feedback.new),
+                add_in.b.eq(feedback.old),
+                add_in.sub.eq(1),
+                add_in_tag.job.eq(_Job.DELTA),
+                add_in_tag.buffer.eq(feedback.buffer),
+            ]
+        with m.Else():
+            with m.Switch(held_tag.job):
+                with m.Case(_Job.APPLY):
+                    m.d.comb += [add_in.a.eq(held_tag.row), add_in.sub.eq(1)]
+                with m.Case(_Job.CORRECT):
+                    m.d.comb += add_in.a.eq(bag[held_tag.buffer])
+                with m.Case(_Job.SCALE):
+                    m.d.comb += add_in.a.eq(_NEGATIVE_ZERO_LINE)
+                with m.Default():
+                    m.d.comb += add_in.a.eq(Mux(held_tag.fresh, Const(0, LINE_BITS),
+                                                buffer_read.data))
+            m.d.comb += [
+                adder.i.valid.eq(held_valid),
+                add_in.b.eq(held_product),
+                add_in_tag.job.eq(held_tag.job),
+                add_in_tag.buffer.eq(held_tag.buffer),
+                add_in_tag.row.eq(held_tag.row),
+                add_in_tag.address.eq(held_tag.address),
+            ]
 
-        # Results: sums go back to the buffer, updated rows to the write queue.
+        # Results: sums and deltas go back to the buffer, updated rows to the write queue,
+        # corrected and scaled lines to the bag.
         result_tag = Signal(add_tag)
         m.d.comb += result_tag.eq(adder.o.payload.tag)
-        finished_accumulate = adder.o.valid & ~result_tag.apply
-        finished_apply = adder.o.valid & result_tag.apply
+        result = adder.o.payload.result
+        job_done = {job: adder.o.valid & (result_tag.job == job) for job in _Job}
+        finished_apply = job_done[_Job.APPLY]
+        m.d.sync += feedback_valid.eq(finished_apply & self.keep_deltas)
+        with m.If(finished_apply):
+            m.d.sync += [feedback.new.eq(result), feedback.old.eq(result_tag.row),
+                         feedback.buffer.eq(result_tag.buffer)]
+        with m.If(job_done[_Job.CORRECT] | job_done[_Job.SCALE]):
+            m.d.sync += bag[result_tag.buffer[:self._line_width]].eq(result)
         m.d.comb += [
-            buffer_write.en.eq(finished_accumulate),
+            buffer_write.en.eq(job_done[_Job.ACCUMULATE] | job_done[_Job.DELTA]),
             buffer_write.addr.eq(result_tag.buffer),
-            buffer_write.data.eq(adder.o.payload.result),
-            writes.w_en.eq(finished_apply),
-            writes.w_data.eq(Cat(result_tag.address, adder.o.payload.result)),
+            buffer_write.data.eq(result),
         ]
+        with m.If(store_go):
+            m.d.comb += [writes.w_en.eq(1),
+                         writes.w_data.eq(Cat(op.address + op_line, bag[op_line]))]
+        with m.Else():
+            m.d.comb += [writes.w_en.eq(finished_apply),
+                         writes.w_data.eq(Cat(result_tag.address, result))]
+        finished_correct = job_done[_Job.CORRECT] | job_done[_Job.SCALE]
         m.d.sync += [
-            accumulating.eq(accumulating + accumulate_go - finished_accumulate),
+            accumulating.eq(accumulating + accumulate_go - job_done[_Job.ACCUMULATE]),
             applying.eq(applying + apply_go - finished_apply),
+            subtracting.eq(subtracting + (finished_apply & self.keep_deltas)
+                           - job_done[_Job.DELTA]),
+            correcting.eq(correcting + (correct_go | scale_go) - finished_correct),
+            scaling.eq(scaling + scale_go - job_done[_Job.SCALE]),
         ]
         return m

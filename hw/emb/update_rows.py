@@ -47,6 +47,10 @@ class UniqueRows(wiring.Component):
         Forget every row (start a new chunk). No occurrence is accepted in that cycle.
     key_slot : ``In(range(capacity))``, key : ``Out({"table", "row": 32})``
         The key held in a slot (combinational read), for the update pass.
+    probe : ``In(1)``, probe_key : ``In({"table", "row": 32})``
+        Look ``probe_key`` up instead of ``i`` (which then waits): ``probe_hit`` and
+        ``probe_slot`` answer in the same cycle and nothing is inserted. The correction of a
+        relaxed lookup asks this way which of its rows the chunk holds.
     """
 
     def __init__(self, *, capacity, table_width, payload_shape):
@@ -67,6 +71,10 @@ class UniqueRows(wiring.Component):
             "clear": In(1),
             "key_slot": In(slot_shape),
             "key": Out(self._key_layout),
+            "probe": In(1),
+            "probe_key": In(self._key_layout),
+            "probe_hit": Out(1),
+            "probe_slot": Out(slot_shape),
         })
 
     @property
@@ -80,7 +88,11 @@ class UniqueRows(wiring.Component):
         m.d.comb += self.count.eq(count)
 
         wanted = Signal(self._key_layout)
-        m.d.comb += [wanted.table.eq(self.i.payload.table), wanted.row.eq(self.i.payload.row)]
+        with m.If(self.probe):
+            m.d.comb += wanted.eq(self.probe_key)
+        with m.Else():
+            m.d.comb += [wanted.table.eq(self.i.payload.table),
+                         wanted.row.eq(self.i.payload.row)]
         matches = [(slot < count) & (key.as_value() == wanted.as_value())
                    for slot, key in enumerate(keys)]
         hit = Signal()
@@ -93,14 +105,15 @@ class UniqueRows(wiring.Component):
                                           enumerate(matches)))),
         ]
         room = count != self._capacity
-        m.d.comb += self.full.eq(self.i.valid & ~hit & ~room)
+        m.d.comb += [self.full.eq(self.i.valid & ~self.probe & ~hit & ~room),
+                     self.probe_hit.eq(hit), self.probe_slot.eq(hit_slot)]
 
         output_free = ~self.o.valid | self.o.ready
         with m.If(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         with m.If(self.clear):
             m.d.sync += count.eq(0)
-        with m.Elif(self.i.valid & output_free & (hit | room)):
+        with m.Elif(self.i.valid & ~self.probe & output_free & (hit | room)):
             m.d.comb += self.i.ready.eq(1)
             m.d.sync += [
                 self.o.valid.eq(1),

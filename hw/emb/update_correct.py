@@ -1,0 +1,185 @@
+"""The correction of a relaxed lookup, run by the update engine after batch N's rows are written.
+
+A relaxed LOOKUP(N+1) pooled the tables before UPDATE(N) and left its MEAN bags unscaled
+(``LookupEngine.defer_mean``). Once UPDATE(N) has applied its one chunk, the gradient buffer
+holds ``delta = new - old`` for every row batch N wrote and the unique-row CAM says which slot
+holds which row. This sequencer walks batch N+1's occurrences in TBE order (table, bag,
+position: the order of ``sw_model.relaxed`` step 3) and, per bag:
+
+* loads the bag's pooled lines from the output buffer when it first needs them: at its first
+  occurrence of a row batch N wrote, or at its first occurrence at all for a MEAN table;
+* adds ``delta * factor`` for every such occurrence (factor: the per-sample weight for
+  WEIGHTED tables, 1.0 otherwise);
+* scales MEAN bags by ``float32(1) / float32(L)`` (step 4) and stores the lines back.
+
+Bags that need neither keep the bits the lookup wrote; so do empty bags (+0.0).
+"""
+
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .layouts import PoolingMode, table_layout
+from .update_datapath import CorrectionKind, correction_op_layout
+from .update_walker import occurrence_layout
+
+__all__ = ["CorrectionSequencer"]
+
+_ONE = 0x3F80_0000  # binary32 1.0
+
+
+class CorrectionSequencer(wiring.Component):
+    """Turns batch N+1's occurrences into the datapath's correction ops (module docstring).
+
+    Members
+    -------
+    start : ``In(1)``
+        Begin a correction (the walker starts in the same cycle).
+    occurrences : ``In(stream.Signature(occurrence_layout(...)))``
+        Batch N+1's walk in UPDATE mode; ``gradient`` is the bag's first output line.
+    walk_done : ``In(1)``
+        The walker has emitted its last occurrence.
+    descriptors : ``In(ArrayLayout(table_layout, max_tables))``
+    probe, probe_key, probe_hit, probe_slot :
+        The unique-row CAM's lookup port (``Out``, ``Out``, ``In``, ``In``).
+    bag_request : ``Out(stream.Signature(line address))``
+        Reads of a bag's pooled lines (they arrive on the datapath's ``bag_lines``).
+    ops : ``Out(stream.Signature(correction_op_layout(...)))``
+    done : ``Out(1)``
+        Every op has been handed over (held until the next ``start``).
+    """
+
+    def __init__(self, *, max_tables, addr_width, table_width, line_width, slot_width):
+        self._max_tables = max_tables
+        law = addr_width - 6
+        self._line_address_width = law
+        super().__init__({
+            "start": In(1),
+            "occurrences": In(stream.Signature(occurrence_layout(
+                table_width=table_width, line_width=line_width, line_address_width=law))),
+            "walk_done": In(1),
+            "descriptors": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
+            "probe": Out(1),
+            "probe_key": Out(data.StructLayout({"table": unsigned(table_width), "row": 32})),
+            "probe_hit": In(1),
+            "probe_slot": In(unsigned(slot_width)),
+            "bag_request": Out(stream.Signature(law)),
+            "ops": Out(stream.Signature(correction_op_layout(
+                slot_width=slot_width, line_width=line_width, line_address_width=law))),
+            "done": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        occurrence = self.occurrences.payload
+        mode = Signal(PoolingMode)
+        with m.Switch(occurrence.table):
+            for t in range(self._max_tables):
+                with m.Case(t):
+                    m.d.comb += mode.eq(self.descriptors[t].mode)
+
+        # The bag held in the datapath's registers.
+        held = Signal()
+        held_line = Signal(self._line_address_width)
+        held_lines = Signal.like(occurrence.lines)
+        held_mean = Signal()
+        held_reciprocal = Signal(32)
+        requested = Signal.like(occurrence.lines)
+
+        m.d.comb += [
+            self.probe.eq(self.occurrences.valid),
+            self.probe_key.table.eq(occurrence.table),
+            self.probe_key.row.eq(occurrence.row),
+        ]
+        hit = self.probe_hit
+        mean = mode == PoolingMode.MEAN
+        needed = hit | mean
+        same_bag = held & (held_line == occurrence.gradient)
+        op = self.ops.payload
+
+        with m.FSM():
+            with m.State("Idle"):
+                with m.If(self.start):
+                    m.d.sync += held.eq(0)
+                    m.next = "Run"
+
+            with m.State("Run"):
+                with m.If(self.occurrences.valid):
+                    with m.If(~needed):
+                        m.d.comb += self.occurrences.ready.eq(1)
+                    with m.Elif(same_bag):
+                        with m.If(hit):
+                            m.d.comb += [
+                                self.ops.valid.eq(1),
+                                op.kind.eq(CorrectionKind.CORRECT),
+                                op.slot.eq(self.probe_slot),
+                                op.lines.eq(occurrence.lines),
+                                op.factor.eq(Mux(mode == PoolingMode.WEIGHTED,
+                                                 occurrence.scale, _ONE)),
+                                self.occurrences.ready.eq(self.ops.ready),
+                            ]
+                        with m.Else():
+                            m.d.comb += self.occurrences.ready.eq(1)
+                    with m.Elif(held):
+                        m.next = "Scale"
+                    with m.Else():
+                        # A new bag: LOAD op, then the reads of its lines.
+                        m.d.comb += [
+                            self.ops.valid.eq(1),
+                            op.kind.eq(CorrectionKind.LOAD),
+                            op.lines.eq(occurrence.lines),
+                        ]
+                        with m.If(self.ops.ready):
+                            m.d.sync += [
+                                held_line.eq(occurrence.gradient),
+                                held_lines.eq(occurrence.lines),
+                                held_mean.eq(mean),
+                                held_reciprocal.eq(occurrence.scale),
+                                requested.eq(0),
+                            ]
+                            m.next = "Load"
+                with m.Elif(self.walk_done):
+                    with m.If(held):
+                        m.next = "Scale"
+                    with m.Else():
+                        m.next = "Done"
+
+            with m.State("Load"):
+                m.d.comb += [self.bag_request.valid.eq(1),
+                             self.bag_request.payload.eq(held_line + requested)]
+                with m.If(self.bag_request.ready):
+                    m.d.sync += requested.eq(requested + 1)
+                    with m.If(requested + 1 == held_lines):
+                        m.d.sync += held.eq(1)
+                        m.next = "Run"
+
+            with m.State("Scale"):
+                with m.If(held_mean):
+                    m.d.comb += [
+                        self.ops.valid.eq(1),
+                        op.kind.eq(CorrectionKind.SCALE),
+                        op.lines.eq(held_lines),
+                        op.factor.eq(held_reciprocal),
+                    ]
+                    with m.If(self.ops.ready):
+                        m.next = "Store"
+                with m.Else():
+                    m.next = "Store"
+
+            with m.State("Store"):
+                m.d.comb += [
+                    self.ops.valid.eq(1),
+                    op.kind.eq(CorrectionKind.STORE),
+                    op.lines.eq(held_lines),
+                    op.address.eq(held_line),
+                ]
+                with m.If(self.ops.ready):
+                    m.d.sync += held.eq(0)
+                    m.next = "Run"
+
+            with m.State("Done"):
+                m.d.comb += self.done.eq(1)
+                with m.If(self.start):
+                    m.d.sync += held.eq(0)
+                    m.next = "Run"
+        return m

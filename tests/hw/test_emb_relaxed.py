@@ -1,0 +1,261 @@
+# amaranth: UnusedElaboratable=no
+"""Relaxed lookup in the embedding engine, in Amaranth's simulator, against ``sw_model.relaxed``.
+
+LOOKUP(N) runs strict; LOOKUP(N+1) is issued before UPDATE(N) with ``relaxed`` set, so it is
+deferred; UPDATE(N) writes batch N's rows and corrects batch N+1's pooled output. The tables
+must equal the golden update and the output the golden relaxed lookup, bit for bit."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from hw.emb.engine import EmbeddingEngine
+from hw.emb.layouts import (
+    ErrorCode,
+    Opcode,
+    PoolingMode,
+    command_layout,
+    region_layout,
+    status_layout,
+    table_layout,
+)
+from sw_model import embedding_bag_tbe, relaxed_lookup, sparse_sgd_update
+from tb.emb.cases import same_bits
+from tb.emb.update_pysim import AxiMemoryModel
+
+AW = 20
+MAX_TABLES = 2
+PARAMS = dict(max_tables=MAX_TABLES, max_dim=32, num_regions=1, addr_width=AW, id_width=5,
+              outstanding_reads=8, index_buffer_depth=32, offset_buffer_depth=32,
+              output_buffer_depth=4, bag_slots=4, update_outstanding_reads=4)
+LR = np.float32(0.375)
+_MODE_NAMES = {PoolingMode.SUM: "sum", PoolingMode.MEAN: "mean", PoolingMode.WEIGHTED: "sum"}
+
+
+@dataclass
+class Batch:
+    indices: np.ndarray   # uint32, TBE order
+    offsets: np.ndarray   # uint32, tables * bags + 1
+    weights: np.ndarray   # float32, one per index
+    base: int             # where its buffers start
+
+    def table_part(self, t, bags):
+        start, end = int(self.offsets[t * bags]), int(self.offsets[(t + 1) * bags])
+        offsets = self.offsets[t * bags:(t + 1) * bags + 1].astype(np.int64) - start
+        return self.indices[start:end].astype(np.int64), offsets, self.weights[start:end]
+
+    @property
+    def addresses(self):
+        return {"indices": self.base, "offsets": self.base + 0x400,
+                "weights": self.base + 0x800, "output": self.base + 0xC00,
+                "gradient": self.base + 0x1400}
+
+
+def draw_batch(rng, rows, bags, base, max_bag):
+    lengths = rng.integers(0, max_bag + 1, size=len(rows) * bags)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.uint32)
+    indices = np.concatenate([rng.integers(0, rows[t], size=lengths[t * bags:(t + 1) * bags]
+                                           .sum()) for t in range(len(rows))]).astype(np.uint32)
+    weights = rng.uniform(-2, 2, size=indices.size).astype(np.float32)
+    return Batch(indices, offsets, weights, base)
+
+
+class _IdMemory(AxiMemoryModel):
+    """The in-order model, answering each read with its own ID (the lookup engine's reads
+    carry several)."""
+
+    async def serve(self, ctx):
+        axi = self.axi
+        ids = []
+        while True:
+            ctx.set(axi.arready, int(self._go()))
+            ctx.set(axi.awready, int(self._go()))
+            ctx.set(axi.wready, int(self._go()))
+            read_out = bool(self.reads) and self._go()
+            if read_out:
+                address = self.reads[0]
+                ctx.set(axi.rdata, int.from_bytes(self.image[address:address + 64], "little"))
+                ctx.set(axi.rid, ids[0])
+                ctx.set(axi.rlast, 1)
+            ctx.set(axi.rvalid, int(read_out))
+            write_out = self.completions > 0 and self._go()
+            ctx.set(axi.bvalid, int(write_out))
+            (_, _, ar_valid, ar_ready, ar_addr, ar_id, aw_valid, aw_ready, aw_addr, w_valid,
+             w_ready, w_data, r_ready, b_ready) = await ctx.tick().sample(
+                axi.arvalid, axi.arready, axi.araddr, axi.arid, axi.awvalid, axi.awready,
+                axi.awaddr, axi.wvalid, axi.wready, axi.wdata, axi.rready, axi.bready)
+            if ar_valid and ar_ready:
+                self.reads.append(ar_addr)
+                ids.append(ar_id)
+            if read_out and r_ready:
+                self.reads.pop(0)
+                ids.pop(0)
+            if aw_valid and aw_ready:
+                self.addresses.append(aw_addr)
+            if w_valid and w_ready:
+                self.data.append(w_data)
+            while self.addresses and self.data:
+                address, value = self.addresses.pop(0), self.data.pop(0)
+                self.image[address:address + 64] = value.to_bytes(64, "little")
+                self.completions += 1
+            if write_out and b_ready:
+                self.completions -= 1
+
+
+def run(engine, image, steps, *, descriptors, deadline=100_000):
+    """Run ``(command, relaxed)`` steps in order on one memory image; return the statuses."""
+    memory = _IdMemory(engine.axi, seed=5, busy=0.25)
+    memory.image = image
+    statuses = []
+
+    async def testbench(ctx):
+        ctx.set(engine.done.ready, 1)
+        ctx.set(engine.tables, descriptors)
+        ctx.set(engine.regions, data_regions())
+        ctx.set(engine.lr, int(LR.view(np.uint32)))
+        for command, relaxed in steps:
+            ctx.set(engine.relaxed, relaxed)
+            ctx.set(engine.cmd.payload, command_layout(AW).const(command))
+            ctx.set(engine.cmd.valid, 1)
+            await ctx.tick().until(engine.cmd.ready)
+            ctx.set(engine.cmd.valid, 0)
+            while not ctx.get(engine.done.valid):
+                await ctx.tick()
+            statuses.append(status_layout().from_bits(ctx.get(engine.done.payload.as_value())))
+            await ctx.tick()
+
+    sim = Simulator(engine)
+    sim.add_clock(1e-6)
+    sim.add_process(memory.serve)
+    sim.add_testbench(testbench)
+    for chunk in range(0, deadline, 2_000):  # stop soon after the last command ends
+        sim.run_until((chunk + 2_000) * 1e-6)
+        if len(statuses) == len(steps):
+            break
+    assert len(statuses) == len(steps), f"{len(statuses)} of {len(steps)} commands finished"
+    return statuses
+
+
+def data_regions():
+    from amaranth.lib import data
+    return data.ArrayLayout(region_layout(AW), 1).const(
+        [{"base": 0, "size": (1 << AW) - 64, "enable": 1}])
+
+
+def command(opcode, batch_number, batch, bags, tables, output):
+    a = batch.addresses
+    return {"opcode": opcode, "batch": batch_number, "bags": bags, "tables": tables,
+            "num_indices": batch.indices.size, "indices": a["indices"],
+            "offsets": a["offsets"], "weights": a["weights"], "output": a[output]}
+
+
+def read_floats(image, address, count):
+    return np.frombuffer(bytes(image[address:address + 4 * count]), dtype=np.float32).copy()
+
+
+@pytest.mark.parametrize("modes", [(PoolingMode.SUM, PoolingMode.MEAN),
+                                   (PoolingMode.WEIGHTED, PoolingMode.MEAN)])
+def test_deferred_lookup_is_corrected_by_the_update(modes):
+    from amaranth.lib import data
+    rng = np.random.default_rng(7 + modes[0].value)
+    rows, dims, bags = [6, 5], [16, 32], 3
+    tables = [rng.uniform(-4, 4, size=(r, d)).astype(np.float32) for r, d in zip(rows, dims,
+                                                                                 strict=True)]
+    table_base = [0x1000, 0x2000]
+    batches = [draw_batch(rng, rows, bags, 0x4000 + k * 0x2000, max_bag=4) for k in range(2)]
+    image = bytearray(1 << AW)
+    for table, base in zip(tables, table_base, strict=True):
+        image[base:base + table.nbytes] = table.tobytes()
+    row_floats = sum(dims)
+    gradient = rng.uniform(-1, 1, size=(bags, row_floats)).astype(np.float32)
+    for batch in batches:
+        a = batch.addresses
+        for name, array in (("indices", batch.indices), ("offsets", batch.offsets),
+                            ("weights", batch.weights)):
+            image[a[name]:a[name] + array.nbytes] = array.tobytes()
+    a0 = batches[0].addresses
+    image[a0["gradient"]:a0["gradient"] + gradient.nbytes] = gradient.tobytes()
+
+    descriptors = data.ArrayLayout(table_layout(AW), MAX_TABLES).const(
+        [{"base": base, "rows": r, "dim": d, "mode": mode}
+         for base, r, d, mode in zip(table_base, rows, dims, modes, strict=True)])
+    engine = EmbeddingEngine(**PARAMS, max_unique_rows=16)
+    steps = [
+        (command(Opcode.LOOKUP, 0, batches[0], bags, 2, "output"), 1),  # nothing owed: strict
+        (command(Opcode.LOOKUP, 1, batches[1], bags, 2, "output"), 1),  # deferred
+        (command(Opcode.LOOKUP, 1, batches[1], bags, 2, "output"), 1),  # refused
+        (command(Opcode.UPDATE, 0, batches[0], bags, 2, "gradient"), 1),
+    ]
+    statuses = run(engine, image, steps, descriptors=descriptors)
+    assert [s.error for s in statuses] == [ErrorCode.NONE, ErrorCode.NONE,
+                                           ErrorCode.LOOKUP_ALREADY_DEFERRED, ErrorCode.NONE]
+
+    # Golden, table by table (each table has its own mode; one chunk holds every row).
+    new_tables, pooled = [], [[], []]
+    column = 0
+    for t in range(2):
+        mode = _MODE_NAMES[modes[t]]
+        weighted = modes[t] == PoolingMode.WEIGHTED
+        parts = [batch.table_part(t, bags) for batch in batches]
+        (idx0, off0, w0), (idx1, off1, w1) = parts
+        pooled[0].append(embedding_bag_tbe([tables[t]], idx0, off0, mode,
+                                           w0 if weighted else None))
+        update = sparse_sgd_update([tables[t]], gradient[:, column:column + dims[t]], idx0,
+                                   off0, mode, LR, w0 if weighted else None)
+        new_tables.append(update.tables[0])
+        relaxed = relaxed_lookup([tables[t]], update.tables, update.updated_rows(), idx1, off1,
+                                 mode, w1 if weighted else None)
+        assert relaxed.corrections > 0  # the case exercises the correction
+        pooled[1].append(relaxed.pooled)
+        column += dims[t]
+    for t in range(2):
+        got = read_floats(image, table_base[t], rows[t] * dims[t]).reshape(rows[t], dims[t])
+        assert same_bits(got, new_tables[t]).all(), f"table {t}"
+    for k, batch in enumerate(batches):
+        got = read_floats(image, batch.addresses["output"], bags * row_floats)
+        expected = np.concatenate(pooled[k], axis=1)
+        assert same_bits(got.reshape(bags, row_floats), expected).all(), f"batch {k} output"
+
+
+def test_correction_overflow_writes_nothing():
+    """Batch N has more distinct rows than the CAM: UPDATE(N) fails before any row write and
+    drops the deferred lookup; UPDATE(N) again then runs chunked, without a correction."""
+    from amaranth.lib import data
+    rng = np.random.default_rng(3)
+    rows, dims, bags = [8], [16], 2
+    table = rng.uniform(-4, 4, size=(rows[0], dims[0])).astype(np.float32)
+    batch0 = Batch(np.arange(6, dtype=np.uint32), np.array([0, 3, 6], dtype=np.uint32),
+                   np.ones(6, dtype=np.float32), 0x4000)
+    batch1 = Batch(np.array([1, 2, 7], dtype=np.uint32), np.array([0, 2, 3], dtype=np.uint32),
+                   np.ones(3, dtype=np.float32), 0x6000)
+    image = bytearray(1 << AW)
+    image[0x1000:0x1000 + table.nbytes] = table.tobytes()
+    gradient = rng.uniform(-1, 1, size=(bags, dims[0])).astype(np.float32)
+    for batch in (batch0, batch1):
+        a = batch.addresses
+        for name, array in (("indices", batch.indices), ("offsets", batch.offsets),
+                            ("weights", batch.weights)):
+            image[a[name]:a[name] + array.nbytes] = array.tobytes()
+    a0 = batch0.addresses
+    image[a0["gradient"]:a0["gradient"] + gradient.nbytes] = gradient.tobytes()
+    descriptors = data.ArrayLayout(table_layout(AW), MAX_TABLES).const(
+        [{"base": 0x1000, "rows": rows[0], "dim": dims[0], "mode": PoolingMode.SUM}, {}])
+    engine = EmbeddingEngine(**PARAMS, max_unique_rows=4)
+    update = command(Opcode.UPDATE, 0, batch0, bags, 1, "gradient")
+    steps = [(command(Opcode.LOOKUP, 0, batch0, bags, 1, "output"), 1),
+             (command(Opcode.LOOKUP, 1, batch1, bags, 1, "output"), 1),
+             (update, 1)]
+    statuses = run(engine, image, steps, descriptors=descriptors)
+    assert [s.error for s in statuses] == [ErrorCode.NONE, ErrorCode.NONE,
+                                           ErrorCode.CORRECTION_OVERFLOW]
+    assert same_bits(read_floats(image, 0x1000, table.size).reshape(table.shape), table).all()
+    statuses = run(engine := EmbeddingEngine(**PARAMS, max_unique_rows=4), image,
+                   [(update, 1)], descriptors=descriptors)
+    assert statuses[0].error == ErrorCode.NONE
+    expected = sparse_sgd_update([table], gradient, batch0.indices.astype(np.int64),
+                                 batch0.offsets.astype(np.int64), "sum", LR,
+                                 max_unique_rows=4).tables[0]
+    got = read_floats(image, 0x1000, table.size).reshape(table.shape)
+    assert same_bits(got, expected).all()
