@@ -123,21 +123,16 @@ class CorrectionSequencer(wiring.Component):
                     with m.Elif(held):
                         m.next = "Scale"
                     with m.Else():
-                        # A new bag: LOAD op, then the reads of its lines.
-                        m.d.comb += [
-                            self.ops.valid.eq(1),
-                            op.kind.eq(CorrectionKind.LOAD),
-                            op.lines.eq(occurrence.lines),
+                        # A new bag: the reads of its lines, then the LOAD op (which the
+                        # datapath takes once the lines are in).
+                        m.d.sync += [
+                            held_line.eq(occurrence.gradient),
+                            held_lines.eq(occurrence.lines),
+                            held_mean.eq(mean),
+                            held_reciprocal.eq(occurrence.scale),
+                            requested.eq(0),
                         ]
-                        with m.If(self.ops.ready):
-                            m.d.sync += [
-                                held_line.eq(occurrence.gradient),
-                                held_lines.eq(occurrence.lines),
-                                held_mean.eq(mean),
-                                held_reciprocal.eq(occurrence.scale),
-                                requested.eq(0),
-                            ]
-                            m.next = "Load"
+                        m.next = "Load"
                 with m.Elif(self.walk_done):
                     with m.If(held):
                         m.next = "Scale"
@@ -150,8 +145,17 @@ class CorrectionSequencer(wiring.Component):
                 with m.If(self.bag_request.ready):
                     m.d.sync += requested.eq(requested + 1)
                     with m.If(requested + 1 == held_lines):
-                        m.d.sync += held.eq(1)
-                        m.next = "Run"
+                        m.next = "Load-Op"
+
+            with m.State("Load-Op"):
+                m.d.comb += [
+                    self.ops.valid.eq(1),
+                    op.kind.eq(CorrectionKind.LOAD),
+                    op.lines.eq(held_lines),
+                ]
+                with m.If(self.ops.ready):
+                    m.d.sync += held.eq(1)
+                    m.next = "Run"
 
             with m.State("Scale"):
                 with m.If(held_mean):

@@ -54,7 +54,7 @@ class Batch:
 
 
 def draw_batch(rng, rows, bags, base, max_bag):
-    lengths = rng.integers(0, max_bag + 1, size=len(rows) * bags)
+    lengths = rng.integers(1, max_bag + 1, size=len(rows) * bags)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.uint32)
     indices = np.concatenate([rng.integers(0, rows[t], size=lengths[t * bags:(t + 1) * bags]
                                            .sum()) for t in range(len(rows))]).astype(np.uint32)

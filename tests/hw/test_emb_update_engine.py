@@ -67,7 +67,8 @@ def test_derived_figures_and_ports():
     assert engine.signature.members["axi"].signature == AXI4Signature(
         addr_width=40, data_width=512, id_width=5)
     assert set(engine.signature.members) == {
-        "cmd", "done", "tables", "regions", "lr", "axi", "counters"}
+        "cmd", "done", "tables", "regions", "lr", "axi", "counters", "correct",
+        "correct_enable"}
     defaults = UpdateEngine()
     assert (defaults.mul_latency, defaults.add_latency) == (FPMul.DEFAULT_STAGES,
                                                             FPAdd.DEFAULT_STAGES)
