@@ -458,7 +458,8 @@ class UpdateDatapath(wiring.Component):
         ]
         with m.If(store_go):
             m.d.comb += [writes.w_en.eq(1),
-                         writes.w_data.eq(Cat(op.address + op_line, bag[op_line]))]
+                         writes.w_data.eq(Cat((op.address + op_line)[:self._line_address_width],
+                                             bag[op_line]))]
         with m.Else():
             m.d.comb += [writes.w_en.eq(finished_apply),
                          writes.w_data.eq(Cat(result_tag.address, result))]
