@@ -367,9 +367,19 @@ class TrainingCxlDevice(wiring.Component):
                 }))
 
         # --- engine configuration -------------------------------------------------------------
-        m.d.comb += engine.lr.eq(regs.LR.value)
-        if ckpt is not None:
-            m.d.comb += ckpt.tables.eq(engine.tables)   # table extents for the log tap
+        m.d.comb += [engine.lr.eq(regs.LR.value),
+                     regs.STATUS.lookup_deferred.eq(engine.deferred)]
+        if ckpt is None:
+            m.d.comb += engine.relaxed.eq(regs.CONTROL.relaxed_lookup)
+        else:
+            m.d.comb += [
+                ckpt.tables.eq(engine.tables),   # table extents for the log tap
+                # Relaxed lookup goes through the checkpoint engine, which decides when a
+                # LOOKUP may run ahead of the UPDATE it follows.
+                ckpt.relaxed.eq(regs.CONTROL.relaxed_lookup),
+                engine.relaxed.eq(ckpt.engine_relaxed),
+                engine.forget_deferred.eq(ckpt.engine_forget),
+            ]
         for t in range(config.max_tables):
             table_format = getattr(regs, f"TABLE{t}_FORMAT")
             m.d.comb += engine.tables[t].eq(struct_value(table_layout(aw), {

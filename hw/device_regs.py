@@ -157,12 +157,19 @@ def device_register_map(config: RegisterConfig) -> RegisterMap:
                                          "through HDMn_*; while clear every access is NXM."),
                Field("poison_nxm_reads", 1, rw, "Set poison on MemData-NXM responses."),
                Field("debug_unlock", 1, rw, "Let host accesses into protected ranges."),
-               Field("irq_enable", 1, rw, "Drive `irq` while a completion is queued."))
+               Field("irq_enable", 1, rw, "Drive `irq` while a completion is queued."),
+               Field("relaxed_lookup", 1, rw, "Relaxed lookup (DESIGN.md section 1): a LOOKUP "
+                     "sent after a LOOKUP whose UPDATE has not run yet is deferred; it pools "
+                     "the tables as they are and that UPDATE corrects its output (its status, "
+                     "not the LOOKUP's, says the output is final). With checkpointing only "
+                     "LOOKUP(N + 1) after LOOKUP(N) is accepted so. Clear: strict order."))
     regmap.add("STATUS", "Device status.",
                Field("busy", 1, ro, "A command is executing."),
                Field("host_idle", 1, ro, "No host CXL.mem access is in flight."),
                Field("command_level", 5, ro, "Commands queued, not yet started."),
-               Field("completion_level", 5, ro, "Completions queued, not yet popped."))
+               Field("completion_level", 5, ro, "Completions queued, not yet popped."),
+               Field("lookup_deferred", 1, ro, "A relaxed LOOKUP waits for the UPDATE that "
+                     "corrects it."))
     regmap.add("ERRORS", "Sticky error flags; write 1 to clear a flag.",
                *(Field(name, 1, w1c, _ERROR_DOCS[name]) for name in ERRORS))
 

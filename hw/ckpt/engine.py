@@ -81,6 +81,20 @@ half a log. It only matters with ``logging_enable`` set.
 
 The embedding engine's own counters count a replayed LOOKUP as a second lookup.
 
+Relaxed lookup (``relaxed``, ``sw_model.relaxed``)
+--------------------------------------------------
+With ``relaxed`` set, LOOKUP(N + 1) is also accepted while batch N is open (LOOKUP(N) ended OK,
+UPDATE(N) not yet committed) and no other lookup is deferred. It goes to the embedding engine
+with its ``relaxed`` input set, so the engine defers it: it pools the tables before UPDATE(N),
+and UPDATE(N) corrects its output. Its reads are not logged: they are the values UPDATE(N)
+is about to overwrite, not the ones UPDATE(N + 1) will. Nothing else about batch N changes
+(its log, flag, gate and commit), except that the correction's writes of LOOKUP(N + 1)'s output
+pass the gate with UPDATE(N)'s. When UPDATE(N) commits, batch N + 1 opens as if its LOOKUP had
+just run in ``AFTER_LOOKUP`` mode: the background replay of LOOKUP(N + 1), now on the updated
+tables, takes its undo log while the host works (and UPDATE(N + 1) replays it again if that
+failed). An UPDATE(N) that reached the engine and failed ends the deferral with it; RECOVER
+drops it in the engine too (``engine_forget``), since the host starts again from c + 1.
+
 Snapshots: the host writes the MLP parameters into slot ``next_snapshot_slot`` (the slot that
 does not hold the newest complete snapshot) over CXL.mem, waits for its writes to complete,
 then sends SNAPSHOT(N); the slot's completion record ``{N}`` is written and the slot becomes the
@@ -224,6 +238,10 @@ class CheckpointEngine(wiring.Component):
     log_mode : ``In(LogMode)``
         With logging: when the undo log is taken (module docstring); sampled when LOOKUP(N)
         is accepted, held for batch N.
+    relaxed : ``In(1)``
+        Relaxed lookup (module docstring); without logging it goes straight to the engine.
+    engine_relaxed, engine_forget : ``Out(1)``
+        To the embedding engine's ``relaxed`` and ``forget_deferred``.
     gpf : ``In(1)``
         Power-fail warning (module docstring).
 
@@ -235,6 +253,7 @@ class CheckpointEngine(wiring.Component):
     snapshot_batch, snapshot_valid, snapshot_slot : the newest complete snapshot
     next_snapshot_slot : where the host writes the next snapshot
     log_open, log_batch, log_entries : the current batch's log (LOOKUP done, no UPDATE yet)
+    lookup_deferred : LOOKUP(log_batch + 1) ran relaxed and waits for UPDATE(log_batch)
     log_pending : log entries or headers not yet issued
     recovery_cycles, restored_entries, rolled_back : of the last RECOVER
     gpf_done, gpf_drain_cycles
@@ -273,6 +292,9 @@ class CheckpointEngine(wiring.Component):
             "snapshot_interval": In(32),
             "logging_enable": In(1),
             "log_mode": In(LogMode),
+            "relaxed": In(1),
+            "engine_relaxed": Out(1),
+            "engine_forget": Out(1),
             "gpf": In(1),
             "phase": Out(CheckpointPhase),
             "error": Out(CheckpointError),
@@ -286,6 +308,7 @@ class CheckpointEngine(wiring.Component):
             "log_batch": Out(32),
             "log_entries": Out(32),
             "log_pending": Out(1),
+            "lookup_deferred": Out(1),
             "recovery_cycles": Out(32),
             "restored_entries": Out(32),
             "rolled_back": Out(1),
@@ -394,8 +417,8 @@ class CheckpointEngine(wiring.Component):
         def area_line(area):
             return (self.log_region.base[6:] + Mux(area, area_lines, 0))[:law]
 
-        def start_logging():
-            """The tap and the log writer begin batch ``batch`` in its area (LOOKUP, replay)."""
+        def start_logging(batch):
+            """The tap and the log writer begin ``batch`` in its area (LOOKUP, replay)."""
             m.d.comb += [tap.start.eq(1), log.start.eq(1), log.batch.eq(batch),
                          log.area.eq(area_line(batch[0])), log.capacity.eq(capacity)]
 
@@ -416,6 +439,10 @@ class CheckpointEngine(wiring.Component):
         log_open = Signal()
         log_batch = Signal(32)
         log_cut = Signal()         # GPF stopped the tap during this batch's LOOKUP
+        lookup_ok = Signal()       # the open batch's LOOKUP ended OK (a relaxed one may follow)
+        deferred_open = Signal()   # LOOKUP(log_batch + 1) is deferred in the engine
+        deferred_command = Signal(command_layout(aw))
+        update_forwarded = Signal()  # the running UPDATE reached the engine
         snap_valid = Signal(2)
         snap_batch = Signal(data.ArrayLayout(unsigned(32), 2))
         protocol_error = Signal()
@@ -600,6 +627,11 @@ class CheckpointEngine(wiring.Component):
                                 m.next = "Pass"
                             with m.Elif(~ready):
                                 refuse(CheckpointError.NOT_RECOVERED)
+                            with m.Elif((payload.opcode == Opcode.LOOKUP) & self.relaxed
+                                        & log_open & lookup_ok & (log_batch == next_batch)
+                                        & (n == (next_batch + 1)[:32]) & ~deferred_open):
+                                m.d.sync += forward.eq(1)
+                                m.next = "DeferredRun"
                             with m.Elif(n != next_batch):
                                 refuse(CheckpointError.OUT_OF_ORDER)
                             with m.Elif(payload.opcode == Opcode.LOOKUP):
@@ -618,6 +650,7 @@ class CheckpointEngine(wiring.Component):
                                 refuse(CheckpointError.LOG_OVERFLOW)
                             with m.Else():
                                 m.d.comb += seq.start.eq(1)
+                                m.d.sync += update_forwarded.eq(0)
                                 m.next = "Updating"
                         with m.Case(Opcode.SNAPSHOT):
                             with m.If(~ready):
@@ -627,6 +660,8 @@ class CheckpointEngine(wiring.Component):
                                              divide_step.eq(0)]
                                 m.next = "SnapshotCheck"
                         with m.Case(Opcode.RECOVER):
+                            m.d.comb += self.engine_forget.eq(1)
+                            m.d.sync += deferred_open.eq(0)
                             with m.If(~config_ok):
                                 refuse(CheckpointError.BAD_CONFIG)
                             with m.Else():
@@ -645,6 +680,7 @@ class CheckpointEngine(wiring.Component):
             # --- pass-through (logging disabled) -------------------------------------------
             with m.State("Pass"):
                 m.d.comb += [phase.eq(CheckpointPhase.PASS), write_gate.eq(1),
+                             self.engine_relaxed.eq(self.relaxed),
                              self.engine_done.ready.eq(1)]
                 with m.If(self.engine_done.valid):
                     m.d.sync += reply.eq(self.engine_done.payload)
@@ -655,7 +691,7 @@ class CheckpointEngine(wiring.Component):
                 # Entries of an earlier attempt still in the buffer drain first.
                 m.d.comb += phase.eq(CheckpointPhase.LOOKUP)
                 with m.If(tap.empty):
-                    start_logging()
+                    start_logging(batch)
                     m.d.sync += [log_open.eq(0), log_cut.eq(0)]
                     m.next = "LookupExtents"
             with m.State("LookupExtents"):
@@ -675,6 +711,7 @@ class CheckpointEngine(wiring.Component):
                 with m.If(self.engine_done.valid):
                     m.d.sync += [reply.eq(self.engine_done.payload), log_open.eq(1),
                                  log_batch.eq(batch),
+                                 lookup_ok.eq(self.engine_done.payload.error == ErrorCode.NONE),
                                  replay_pending.eq(
                                      background_mode
                                      & (self.engine_done.payload.error == ErrorCode.NONE))]
@@ -685,6 +722,17 @@ class CheckpointEngine(wiring.Component):
                 m.d.comb += phase.eq(CheckpointPhase.LOOKUP)
                 with m.If(join.engine_outstanding == 0):
                     m.next = "Reply"
+
+            # --- LOOKUP(N + 1), relaxed: deferred in the engine, not logged ---------------------
+            with m.State("DeferredRun"):
+                m.d.comb += [phase.eq(CheckpointPhase.LOOKUP), write_gate.eq(1),
+                             self.engine_relaxed.eq(1), self.engine_done.ready.eq(1)]
+                with m.If(self.engine_done.valid):
+                    m.d.sync += [reply.eq(self.engine_done.payload),
+                                 deferred_open.eq(
+                                     self.engine_done.payload.error == ErrorCode.NONE),
+                                 deferred_command.eq(command)]
+                    m.next = "LookupDrain"
 
             # --- LOOKUP(N) replayed, logging its table reads (AT_UPDATE, AFTER_LOOKUP) ----
             with m.State("ReplayPrepare"):
@@ -701,7 +749,9 @@ class CheckpointEngine(wiring.Component):
                             m.d.sync += [replay_background.eq(0), log_taken.eq(~self.gpf)]
                             m.next = "Idle"
                 with m.Elif(tap.empty):
-                    start_logging()
+                    # (The replayed LOOKUP's batch: after a relaxed commit the last command
+                    # was UPDATE(N), and the replay is LOOKUP(N + 1)'s.)
+                    start_logging(lookup_command.batch)
                     m.d.sync += log_cut.eq(0)
                     m.next = "ReplayExtents"
             with m.State("ReplayExtents"):
@@ -730,6 +780,7 @@ class CheckpointEngine(wiring.Component):
                         refuse(CheckpointError.REPLAY_FAILED)
                     with m.Else():
                         m.d.comb += [seq.start.eq(1), seq.batch.eq(batch)]
+                        m.d.sync += update_forwarded.eq(0)
                         m.next = "Updating"
 
             # --- UPDATE(N): the sequencer seals, flags, gates, commits ---------------------
@@ -737,13 +788,24 @@ class CheckpointEngine(wiring.Component):
                 m.d.comb += [phase.eq(seq.phase), write_gate.eq(seq.write_gate),
                              self.engine_done.ready.eq(1)]
                 with m.If(seq.forward):
-                    m.d.sync += forward.eq(1)
+                    m.d.sync += [forward.eq(1), update_forwarded.eq(1)]
                 with m.If(self.engine_done.valid):
                     m.d.sync += reply.eq(self.engine_done.payload)
                 with m.If(seq.finished):
+                    with m.If(update_forwarded):   # the engine's deferral ended with it
+                        m.d.sync += deferred_open.eq(0)
                     with m.Switch(seq.outcome):
                         with m.Case(UpdateOutcome.COMMITTED):
                             m.d.sync += [last_committed.eq(batch), log_open.eq(0)]
+                            with m.If(deferred_open):
+                                # Batch N + 1 opens with its lookup done; its log is taken
+                                # by the background replay (AFTER_LOOKUP).
+                                m.d.sync += [log_open.eq(1),
+                                             log_batch.eq(deferred_command.batch),
+                                             lookup_command.eq(deferred_command),
+                                             batch_log_mode.eq(LogMode.AFTER_LOOKUP),
+                                             log_taken.eq(0), log_cut.eq(0), lookup_ok.eq(1),
+                                             replay_pending.eq(1)]
                         with m.Case(UpdateOutcome.LOG_OVERFLOW):
                             m.d.sync += [reply.error.eq(ErrorCode.BAD_OPCODE),
                                          error.eq(CheckpointError.LOG_OVERFLOW)]
@@ -1066,6 +1128,7 @@ class CheckpointEngine(wiring.Component):
             self.next_snapshot_slot.eq(next_slot),
             self.log_open.eq(log_open),
             self.log_batch.eq(log_batch),
+            self.lookup_deferred.eq(deferred_open),
             self.log_entries.eq(log.count),
             self.log_pending.eq(~log_drained),
             self.recovery_cycles.eq(recovery_cycles),

@@ -92,6 +92,9 @@ class EmbeddingEngine(wiring.Component):
         one is deferred ends with ``LOOKUP_ALREADY_DEFERRED``.
     deferred : ``Out(1)``
         A deferred LOOKUP waits for its correction.
+    forget_deferred : ``In(1)``
+        Drop the deferred LOOKUP and the UPDATE owed (the host starts again from a committed
+        batch: the checkpoint engine's RECOVER).
     """
 
     def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
@@ -135,6 +138,7 @@ class EmbeddingEngine(wiring.Component):
             "counters": Out(counters_layout()),
             "relaxed": In(1),
             "deferred": Out(1),
+            "forget_deferred": In(1),
         })
 
     @property
@@ -230,6 +234,8 @@ class EmbeddingEngine(wiring.Component):
                 m.d.comb += [self.done.valid.eq(1), self.done.payload.eq(reply)]
                 with m.If(self.done.ready):
                     m.next = "Idle"
+        with m.If(self.forget_deferred):
+            m.d.sync += [deferred.eq(0), update_owed.eq(0)]
 
         # The AXI port follows the owner (the other engine is idle and its bus quiet).
         for index, name in enumerate(order):

@@ -1,0 +1,146 @@
+# amaranth: UnusedElaboratable=no
+"""Relaxed lookup through the CheckpointEngine (Amaranth's simulator, the stand-in embedding
+engine of ``ckpt_fixtures``): LOOKUP(N + 1) runs while batch N is open, deferred in the engine
+and not logged; when UPDATE(N) commits, batch N + 1 opens and a background replay of its
+LOOKUP logs the rows as UPDATE(N) left them."""
+
+from ckpt_fixtures import (
+    LOGGED,
+    LOOKUP_LINES,
+    UPDATE_LINES,
+    EngineScript,
+    Rig,
+    command,
+    line_value,
+    lookups_and_updates,
+    open_device,
+    read_group,
+    simulate_with_monitor,
+)
+
+from hw.ckpt.layouts import CheckpointError, CheckpointPhase, LogMode
+from hw.emb.layouts import ErrorCode, Opcode
+
+
+def _rig_and_script():
+    rig = Rig()
+    return rig, EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
+
+
+def _relaxed_monitor(ckpt, forwarded):
+    """Records ``(opcode, batch, engine_relaxed)`` of every command the engine takes."""
+
+    async def monitor(ctx):
+        async for _, _, valid, ready, payload, relaxed in ctx.tick().sample(
+                ckpt.engine_cmd.valid, ckpt.engine_cmd.ready, ckpt.engine_cmd.payload,
+                ckpt.engine_relaxed):
+            if valid and ready:
+                forwarded.append((payload.opcode, int(payload.batch), relaxed))
+
+    return monitor
+
+
+def test_relaxed_lookup_runs_ahead_unlogged_and_is_logged_after_the_update():
+    rig, script = _rig_and_script()
+    ckpt, memory = rig.ckpt, rig.memory
+    forwarded = []
+
+    async def host(ctx):
+        before, _ = await open_device(ctx, ckpt, memory, LogMode.ON_LOOKUP)
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
+        # Strict: LOOKUP(1) before UPDATE(0) is out of order.
+        status = await command(ctx, ckpt, Opcode.LOOKUP, 1)
+        assert status.error == ErrorCode.BAD_OPCODE
+        assert ctx.get(ckpt.error) == CheckpointError.OUT_OF_ORDER
+
+        ctx.set(ckpt.relaxed, 1)
+        entries = ctx.get(ckpt.counters.log_entries)
+        assert entries == len(LOGGED)
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 1)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.lookup_deferred) == 1
+        assert ctx.get(ckpt.counters.log_entries) == entries   # its reads are not logged
+        assert ctx.get(ckpt.log_open) == 1 and ctx.get(ckpt.log_batch) == 0
+        # One lookup ahead at most, and only of the next batch.
+        for batch in (1, 2):
+            status = await command(ctx, ckpt, Opcode.LOOKUP, batch)
+            assert status.error == ErrorCode.BAD_OPCODE
+            assert ctx.get(ckpt.error) == CheckpointError.OUT_OF_ORDER
+
+        assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.last_committed) == 0 and ctx.get(ckpt.lookup_deferred) == 0
+        # Batch 1 is open at once; its log is taken by the background replay.
+        assert ctx.get(ckpt.log_open) == 1 and ctx.get(ckpt.log_batch) == 1
+        await ctx.tick().until(ckpt.phase == CheckpointPhase.REPLAY)
+        await ctx.tick().until(ckpt.phase == CheckpointPhase.IDLE)
+        await ctx.tick().repeat(100)
+        assert ctx.get(ckpt.counters.log_entries) == 2 * len(LOGGED)
+        assert (await command(ctx, ckpt, Opcode.UPDATE, 1)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.last_committed) == 1
+        # Batch 1's undo log (area 1) holds the rows as UPDATE(0) left them.
+        header, data = await read_group(ctx, memory, area=1, group=0)
+        assert header.batch == 1 and header.count == len(LOGGED)
+        assert [int(header.lines[k]) for k in range(len(LOGGED))] == LOGGED
+        for k, line in enumerate(LOGGED):
+            assert data[k] == line_value(line, 100).to_bytes(64, "little")
+            assert data[k] != before[line]
+        assert forwarded == [(Opcode.LOOKUP, 0, 0), (Opcode.LOOKUP, 1, 1),
+                             (Opcode.UPDATE, 0, 0), (Opcode.LOOKUP, 1, 0),
+                             (Opcode.UPDATE, 1, 0)]
+
+    simulate_with_monitor(rig, host, _relaxed_monitor(ckpt, forwarded), script)
+
+
+def test_a_failed_update_ends_the_deferral_and_recover_forgets_it():
+    rig, script = _rig_and_script()
+    ckpt, memory = rig.ckpt, rig.memory
+    forgets = []
+
+    async def monitor(ctx):
+        async for _, _, forget in ctx.tick().sample(ckpt.engine_forget):
+            if forget:
+                forgets.append(1)
+
+    async def host(ctx):
+        await open_device(ctx, ckpt, memory, LogMode.ON_LOOKUP)
+        forgets.clear()
+        ctx.set(ckpt.relaxed, 1)
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 1)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.lookup_deferred) == 1
+        script.update_error = True
+        status = await command(ctx, ckpt, Opcode.UPDATE, 0)
+        assert status.error == ErrorCode.BUS_ERROR
+        assert ctx.get(ckpt.error) == CheckpointError.UPDATE_FAILED
+        assert ctx.get(ckpt.lookup_deferred) == 0
+        script.update_error = False
+        assert (await command(ctx, ckpt, Opcode.RECOVER, 0)).error == ErrorCode.NONE
+        assert forgets, "RECOVER drops the engine's deferral"
+        assert ctx.get(ckpt.last_committed) == 0xFFFF_FFFF
+        # Training starts again from batch 0, relaxed.
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 1)).error == ErrorCode.NONE
+        assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.last_committed) == 0 and ctx.get(ckpt.log_batch) == 1
+        assert lookups_and_updates(script)[-3:] == [Opcode.LOOKUP, Opcode.LOOKUP,
+                                                    Opcode.UPDATE]
+
+    simulate_with_monitor(rig, host, monitor, script)
+
+
+def test_without_logging_relaxed_goes_straight_to_the_engine():
+    rig, script = _rig_and_script()
+    ckpt, memory = rig.ckpt, rig.memory
+    forwarded = []
+
+    async def host(ctx):
+        await open_device(ctx, ckpt, memory, LogMode.ON_LOOKUP)
+        ctx.set(ckpt.logging_enable, 0)
+        ctx.set(ckpt.relaxed, 1)
+        for opcode, batch in ((Opcode.LOOKUP, 0), (Opcode.LOOKUP, 1), (Opcode.UPDATE, 0)):
+            assert (await command(ctx, ckpt, opcode, batch)).error == ErrorCode.NONE
+        ctx.set(ckpt.relaxed, 0)
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 2)).error == ErrorCode.NONE
+        assert [relaxed for *_, relaxed in forwarded] == [1, 1, 1, 0]
+        assert ctx.get(ckpt.lookup_deferred) == 0   # the checkpoint engine kept out of it
+
+    simulate_with_monitor(rig, host, _relaxed_monitor(ckpt, forwarded), script)
