@@ -52,7 +52,7 @@ from .embedding import (
     sparse_sgd_update,
 )
 from .presets import PRESETS, Preset, get_preset
-from .relaxed import RelaxedLookup, UndoLog, relaxed_lookup
+from .relaxed import RelaxedLookup, UndoLog, relaxed_lookup, update_deltas
 from .train import (
     LOOKUP_MODES,
     BatchRecord,
@@ -110,4 +110,5 @@ __all__ = [
     "to_tbe",
     "train",
     "train_step",
+    "update_deltas",
 ]

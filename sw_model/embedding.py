@@ -331,16 +331,27 @@ def sparse_sgd_update(
     layout. The inputs are not modified unless ``inplace=True``, in which case the tables are
     updated in place and returned.
     """
+    update, _ = _sparse_sgd_chunks(weights, grad_out, indices, offsets, modes, lr,
+                                   per_sample_weights, max_unique_rows, inplace)
+    return update
+
+
+def _sparse_sgd_chunks(weights, grad_out, indices, offsets, modes, lr, per_sample_weights,
+                       max_unique_rows, inplace):
+    """`sparse_sgd_update`, and per chunk and table ``(rows, new - old)``: what each chunk
+    changed its rows by, one float32 subtraction per lane (`sw_model.relaxed`)."""
     tbe = _check_tbe(weights, indices, offsets, modes, per_sample_weights)
     grad_out = _check_grad_out(grad_out, tbe, (np.float32,))
     lr = _check_lr(lr)
     max_unique_rows = _check_max_unique_rows(max_unique_rows)
     tables = tbe.tables if inplace else [table.copy() for table in tbe.tables]
     bounds = _chunk_bounds(tbe, max_unique_rows)
-    chunks = []
+    chunks, deltas = [], []
     with np.errstate(all="ignore"):
         for chunk_begin, chunk_end in itertools.pairwise(bounds):
             chunk = []
+            changed = [(np.zeros(0, np.int64), np.zeros((0, table.shape[1]), np.float32))
+                       for table in tables]
             for t, table in enumerate(tables):
                 begin, end = tbe.table_span(t)
                 begin, end = max(begin, chunk_begin), min(end, chunk_end)
@@ -348,8 +359,11 @@ def sparse_sgd_update(
                     continue
                 contributions = _occurrence_gradients(tbe, grad_out, t, begin, end)
                 rows, sums = _coalesce(tbe.indices[begin:end], contributions)
-                table[rows] = table[rows] - lr * sums
+                old = table[rows]
+                table[rows] = old - lr * sums
+                changed[t] = (rows, table[rows] - old)
                 chunk.extend((t, row) for row in rows.tolist())
             if chunk:
                 chunks.append(chunk)
-    return SparseUpdate(tables, chunks)
+                deltas.append(tuple(changed))
+    return SparseUpdate(tables, chunks), deltas

@@ -21,8 +21,12 @@ Inputs, per table t:
 
 1. Delta. For every row r of ``U_t`` that batch N+1 also looks up (an *overlap row*):
    ``delta[r] = NEW_t[r] - OLD_t[r]``, one float32 subtraction per lane (round to nearest
-   even): what the row changed by (rounded to float32), whatever the optimizer and however
-   many chunks wrote it.
+   even): what the row changed by (rounded to float32), whatever the optimizer.
+   A *chunked* update (more distinct rows than the device's ``max_unique_rows``, see
+   `sw_model.embedding`) is corrected chunk by chunk, as the device corrects after each
+   chunk it writes: chunk c's delta is the row after chunk c minus the row before it, and
+   steps 1 and 3 run once per chunk, in chunk order, over that chunk's rows (a row two chunks
+   wrote is corrected twice). With one chunk the two readings are the same.
 2. Stale gather. Each bag of N+1 is accumulated from ``OLD_t`` exactly as a strict lookup
    accumulates (`sw_model.embedding`): ``acc = +0.0``, then for each index i in bag order
    ``acc = acc + OLD_t[idx_i]`` (weighted: ``acc + (OLD_t[idx_i] * w_i)``, two roundings).
@@ -90,10 +94,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .embedding import _accumulate, _check_tbe, _scale_mean
+from .embedding import _accumulate, _check_tbe, _scale_mean, _sparse_sgd_chunks
 from .validation import as_index_array, check_tables
 
-__all__ = ["RelaxedLookup", "UndoLog", "relaxed_lookup"]
+__all__ = ["RelaxedLookup", "UndoLog", "relaxed_lookup", "update_deltas"]
 
 
 class RelaxedLookup(NamedTuple):
@@ -156,6 +160,38 @@ def _check_updated(updated_tables, updated_rows, stale: list[np.ndarray]) -> lis
     return result
 
 
+def _check_chunk_deltas(chunk_deltas, stale):
+    """None, or per chunk one ``(rows, delta)`` per table with ascending distinct rows."""
+    if chunk_deltas is None:
+        return None
+    checked = []
+    for c, chunk in enumerate(chunk_deltas):
+        if len(chunk) != len(stale):
+            raise ValueError(f"chunk_deltas[{c}] has {len(chunk)} tables, not {len(stale)}")
+        tables = []
+        for t, (rows, delta) in enumerate(chunk):
+            rows = as_index_array(rows, f"chunk_deltas[{c}][{t}] rows")
+            delta = np.asarray(delta)
+            if delta.dtype != np.float32 or delta.shape != (rows.size, stale[t].shape[1]):
+                raise ValueError(f"chunk_deltas[{c}][{t}]: delta must be float32 of shape "
+                                 f"{(rows.size, stale[t].shape[1])}")
+            order = np.argsort(rows, kind="stable")
+            if np.any(np.diff(rows[order]) == 0):
+                raise ValueError(f"chunk_deltas[{c}][{t}]: a row appears twice")
+            tables.append((rows[order], delta[order]))
+        checked.append(tables)
+    return checked
+
+
+def update_deltas(stale_tables, grad_out, indices, offsets, modes, lr, per_sample_weights=None,
+                  *, max_unique_rows=None):
+    """UPDATE(N) of `sparse_sgd_update` from `stale_tables` (not modified): the updated tables
+    and, per chunk and table, ``(rows, delta)`` for `relaxed_lookup`'s ``chunk_deltas``."""
+    update, deltas = _sparse_sgd_chunks(stale_tables, grad_out, indices, offsets, modes, lr,
+                                        per_sample_weights, max_unique_rows, False)
+    return update, deltas
+
+
 def relaxed_lookup(
     stale_tables,
     updated_tables,
@@ -164,6 +200,8 @@ def relaxed_lookup(
     offsets,
     modes,
     per_sample_weights=None,
+    *,
+    chunk_deltas=None,
 ) -> RelaxedLookup:
     """Batch N+1's pooled output the relaxed way (module docstring).
 
@@ -171,12 +209,15 @@ def relaxed_lookup(
     (only the rows of U are read); `updated_rows`: U, one int array per table of the rows batch
     N updated (any order, repeats allowed: a set), e.g. ``SparseUpdate.updated_rows()``;
     `indices`, `offsets`, `modes`, `per_sample_weights`: batch N+1 in the TBE form of
-    `embedding_bag_tbe`. Nothing is modified.
+    `embedding_bag_tbe`. `chunk_deltas`: for a chunked UPDATE(N), per chunk and table
+    ``(rows, delta)`` (`update_deltas`); the corrections then use them, chunk by chunk,
+    instead of ``NEW - OLD``. Nothing is modified.
     """
     check_tables(stale_tables, "stale_tables")
     tbe = _check_tbe(stale_tables, indices, offsets, modes, per_sample_weights)
     updated = _check_updated(updated_tables, updated_rows, tbe.tables)
     new_tables = list(updated_tables)
+    chunk_deltas = _check_chunk_deltas(chunk_deltas, tbe.tables)
     batch = tbe.batch_size
     pooled_blocks, stale_blocks, overlap_rows = [], [], []
     bag_corrections = np.zeros((len(tbe.tables), batch), dtype=np.int64)
@@ -188,18 +229,23 @@ def relaxed_lookup(
             psw = None if tbe.per_sample_weights is None else tbe.per_sample_weights[begin:end]
             acc = _accumulate(old, rows, starts, lengths, psw)  # step 2
             stale = acc.copy()
-            hit = np.flatnonzero(np.isin(rows, updated[t]))
-            overlap = np.unique(rows[hit])
-            delta = new[overlap] - old[overlap]  # step 1
-            contribution = delta[np.searchsorted(overlap, rows[hit])]
-            if psw is not None:
-                contribution = contribution * psw[hit][:, None]
-            bag = np.repeat(np.arange(batch), lengths)[hit]
-            position = hit - starts[bag]
-            for k in np.unique(position):  # step 3: in index order; a bag once per step
-                at = np.flatnonzero(position == k)
-                acc[bag[at]] = acc[bag[at]] + contribution[at]
-            np.add.at(bag_corrections[t], bag, 1)
+            if chunk_deltas is None:
+                written = updated[t]
+                chunks = [(written, new[written] - old[written])]  # step 1
+            else:
+                chunks = [chunk[t] for chunk in chunk_deltas]
+            overlap = np.unique(rows[np.isin(rows, updated[t])])
+            for written, delta in chunks:
+                hit = np.flatnonzero(np.isin(rows, written))
+                contribution = delta[np.searchsorted(written, rows[hit])]
+                if psw is not None:
+                    contribution = contribution * psw[hit][:, None]
+                bag = np.repeat(np.arange(batch), lengths)[hit]
+                position = hit - starts[bag]
+                for k in np.unique(position):  # step 3: in index order; a bag once per step
+                    at = np.flatnonzero(position == k)
+                    acc[bag[at]] = acc[bag[at]] + contribution[at]
+                np.add.at(bag_corrections[t], bag, 1)
             if tbe.modes[t] == "mean":  # step 4
                 acc, stale = _scale_mean(acc, lengths), _scale_mean(stale, lengths)
             pooled_blocks.append(acc)
@@ -224,6 +270,9 @@ class UndoLog(NamedTuple):
     """Per table, the distinct rows updated (ascending, int64): U of the definition."""
     old: tuple[np.ndarray, ...]
     """Per table, (len(rows), D) float32: those rows before the update."""
+    chunk_deltas: tuple | None = None
+    """A chunked update's per-chunk ``(rows, delta)`` per table (`relaxed_lookup`); None for
+    one chunk (the delta is then NEW - OLD)."""
 
     @classmethod
     def capture(cls, tables, indices, offsets) -> UndoLog:
@@ -246,4 +295,7 @@ class UndoLog(NamedTuple):
         return stale
 
     def copy(self) -> UndoLog:
-        return UndoLog(tuple(r.copy() for r in self.rows), tuple(o.copy() for o in self.old))
+        deltas = None if self.chunk_deltas is None else tuple(
+            tuple((r.copy(), d.copy()) for r, d in chunk) for chunk in self.chunk_deltas)
+        return UndoLog(tuple(r.copy() for r in self.rows), tuple(o.copy() for o in self.old),
+                       deltas)

@@ -33,7 +33,7 @@ import numpy as np
 from .data import make_batch
 from .dlrm import MLPParams, bce_loss, dense_backward, dense_forward, init_params, sgd_step
 from .dlrm import pool_embeddings as _pool_embeddings
-from .embedding import sparse_sgd_update
+from .embedding import _sparse_sgd_chunks
 from .presets import Preset
 from .relaxed import UndoLog, relaxed_lookup
 
@@ -164,6 +164,7 @@ def train_step(
         relaxed = relaxed_lookup(
             state.undo.restore(state.tables), state.tables, state.undo.rows, batch.indices,
             batch.offsets, preset.table_modes, batch.per_sample_weights,
+            chunk_deltas=state.undo.chunk_deltas,
         )
         pooled = relaxed.pooled
         counts = dict(
@@ -176,10 +177,12 @@ def train_step(
     loss = float(bce_loss(fwd.probs, batch.labels))
     grads, d_pooled = dense_backward(state.mlp, fwd, batch.labels)
     undo = UndoLog.capture(state.tables, batch.indices, batch.offsets)
-    update = sparse_sgd_update(
+    update, deltas = _sparse_sgd_chunks(
         state.tables, d_pooled, batch.indices, batch.offsets, preset.table_modes, preset.lr,
-        batch.per_sample_weights, max_unique_rows=max_unique_rows, inplace=True,
+        batch.per_sample_weights, max_unique_rows, True,
     )
+    if len(deltas) > 1:  # a chunked update is corrected chunk by chunk (sw_model.relaxed)
+        undo = undo._replace(chunk_deltas=tuple(deltas))
     state.mlp = sgd_step(state.mlp, grads, preset.lr)
     state.next_batch += 1
     state.undo = undo

@@ -67,9 +67,11 @@ def tbe_occurrences(indices, offsets, num_tables):
 
 
 def reference_sparse_sgd(
-    weights, grad_out, indices, offsets, modes, lr, per_sample_weights=None, max_unique_rows=None
+    weights, grad_out, indices, offsets, modes, lr, per_sample_weights=None, max_unique_rows=None,
+    states=None,
 ):
-    """The contract's words as a loop: contributions in TBE order, chunks, one update per row."""
+    """The contract's words as a loop: contributions in TBE order, chunks, one update per row.
+    ``states``: a list that gets a copy of the tables after each chunk."""
     tables = [w.copy() for w in weights]
     num_tables = len(tables)
     batch = (len(offsets) - 1) // num_tables
@@ -82,6 +84,8 @@ def reference_sparse_sgd(
             tables[t][row] = tables[t][row] - lr * g_sum
         chunks.append(list(pending))
         pending.clear()
+        if states is not None:
+            states.append([table.copy() for table in tables])
 
     with np.errstate(all="ignore"):
         for t, b, i, row in tbe_occurrences(indices, offsets, num_tables):
@@ -102,8 +106,10 @@ def reference_sparse_sgd(
 
 
 def reference_relaxed(old_tables, new_tables, updated_rows, indices, offsets, modes,
-                      per_sample_weights=None):
+                      per_sample_weights=None, chunks=None):
     """Relaxed lookup in the definition's words, one bag and one occurrence at a time.
+    ``chunks``: for a chunked update, ``(before, after, keys)`` per chunk (the tables before
+    and after it and its (table, row) keys): each chunk then corrects in turn.
 
     Returns (pooled, corrections per (table, bag)).
     """
@@ -114,7 +120,7 @@ def reference_relaxed(old_tables, new_tables, updated_rows, indices, offsets, mo
     blocks, corrections = [], np.zeros((num_tables, batch), dtype=np.int64)
     with np.errstate(all="ignore"):
         for t in range(num_tables):
-            old, new = old_tables[t], new_tables[t]
+            old = old_tables[t]
             out = np.zeros((batch, old.shape[1]), dtype=np.float32)
             for b in range(batch):
                 start, end = offsets[t * batch + b], offsets[t * batch + b + 1]
@@ -125,11 +131,14 @@ def reference_relaxed(old_tables, new_tables, updated_rows, indices, offsets, mo
                 acc = np.zeros(old.shape[1], dtype=np.float32)
                 for i in range(start, end):  # the stale gather
                     acc = acc + weighted(old[indices[i]], i)
-                for i in range(start, end):  # then the corrections, again in index order
-                    r = int(indices[i])
-                    if r in updated[t]:
-                        acc = acc + weighted(new[r] - old[r], i)
-                        corrections[t, b] += 1
+                passes = ([(old_tables, new_tables, {(t, r) for r in updated[t]})]
+                          if chunks is None else chunks)
+                for before, after, keys in passes:  # the corrections, in index order
+                    for i in range(start, end):
+                        r = int(indices[i])
+                        if (t, r) in keys:
+                            acc = acc + weighted(after[t][r] - before[t][r], i)
+                            corrections[t, b] += 1
                 if modes[t] == "mean" and end > start:
                     acc = acc * (np.float32(1) / np.float32(end - start))
                 out[b] = acc

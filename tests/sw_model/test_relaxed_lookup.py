@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sw_model_reference import reference_relaxed, same_bits
+from sw_model_reference import reference_relaxed, reference_sparse_sgd, same_bits
 
 from sw_model import (
     RelaxedLookup,
@@ -15,6 +15,7 @@ from sw_model import (
     relaxed_lookup,
     sparse_sgd_update,
     to_tbe,
+    update_deltas,
 )
 
 F32 = np.float32
@@ -123,6 +124,52 @@ def test_chunked_update_corrects_by_the_total_change():
     next_indices, next_offsets = one_table([[0, 2], [1]])
     got = relaxed_and_reference([table], update.tables, rows, next_indices, next_offsets, "sum")
     assert got.overlap_rows[0].tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("pooling", ["sum", "mean", "weighted"])
+def test_chunked_update_with_chunk_deltas_corrects_chunk_by_chunk(pooling):
+    # The device corrects after each chunk it writes: each chunk's delta, in chunk order.
+    preset = get_preset("tiny").replace(pooling=pooling)
+    rng = np.random.default_rng(5)
+    old = [rng.uniform(-1, 1, (rows, preset.dim)).astype(F32) for rows in preset.table_rows]
+    first, second = make_batch(preset, 2), make_batch(preset, 3)
+    grad = rng.standard_normal((preset.batch_size, preset.num_tables * preset.dim)).astype(F32)
+    update_args = (grad, first.indices, first.offsets, preset.table_modes, 0.5,
+                   first.per_sample_weights)
+    update, deltas = update_deltas(old, *update_args, max_unique_rows=5)
+    states = []
+    tables, chunks = reference_sparse_sgd(old, *update_args, max_unique_rows=5, states=states)
+    assert update.chunks == chunks and len(chunks) > 3
+    assert all(same_bits(a, b) for a, b in zip(update.tables, tables, strict=True))
+    passes = [(before, after, set(keys)) for before, after, keys
+              in zip([old, *states[:-1]], states, chunks, strict=True)]
+    args = (second.indices, second.offsets, preset.table_modes, second.per_sample_weights)
+    got = relaxed_lookup(old, update.tables, update.updated_rows(), *args, chunk_deltas=deltas)
+    want, corrections = reference_relaxed(old, update.tables, update.updated_rows(), *args,
+                                          chunks=passes)
+    assert same_bits(got.pooled, want)
+    assert (got.bag_corrections == corrections).all() and corrections.sum() > 0
+    # One chunk: the same as without chunk deltas.
+    single, one = update_deltas(old, *update_args)
+    assert len(one) == 1
+    assert same_bits(relaxed_lookup(old, single.tables, single.updated_rows(), *args,
+                                    chunk_deltas=one).pooled,
+                     relaxed_lookup(old, single.tables, single.updated_rows(), *args).pooled)
+
+
+def test_chunk_deltas_are_checked():
+    table = np.zeros((3, 4), dtype=F32)
+    indices, offsets = one_table([[0, 1]])
+    with pytest.raises(ValueError, match=r"^chunk_deltas\[0\] has 2 tables, not 1$"):
+        relaxed_lookup([table], [table], [[0]], indices, offsets, "sum",
+                       chunk_deltas=[[(np.array([0]), table[:1]), (np.array([0]), table[:1])]])
+    with pytest.raises(ValueError, match=r"^chunk_deltas\[0\]\[0\]: delta must be float32 "
+                                         r"of shape \(1, 4\)$"):
+        relaxed_lookup([table], [table], [[0]], indices, offsets, "sum",
+                       chunk_deltas=[[(np.array([0]), table[:2])]])
+    with pytest.raises(ValueError, match=r"^chunk_deltas\[0\]\[0\]: a row appears twice$"):
+        relaxed_lookup([table], [table], [[0]], indices, offsets, "sum",
+                       chunk_deltas=[[(np.array([0, 0]), table[:2])]])
 
 
 def test_same_infinity_before_and_after_gives_nan():

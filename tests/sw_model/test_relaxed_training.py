@@ -133,7 +133,7 @@ def test_bad_lookup_mode(call):
 def test_bad_undo_log_in_state():
     preset = get_preset("tiny")
     state = train(preset, stop=1).state
-    rows, old = state.undo
+    rows, old = state.undo.rows, state.undo.old
     cases = [
         (UndoLog(rows[:2], old[:2]), ValueError,
          r"^state.undo covers 2 tables, preset 'tiny' has 4$"),
