@@ -54,11 +54,7 @@ class ErrorCode(enum.Enum, shape=4):
     INDEX_OUT_OF_RANGE = 8    # index >= rows of its table
     BUS_ERROR = 9             # SLVERR/DECERR from memory
     OFFSETS_NOT_FROM_ZERO = 10  # offsets[0] != 0 (the golden model requires a zero start)
-    # Relaxed lookup (sw_model.relaxed): UPDATE(N) corrects the deferred LOOKUP(N+1) from one
-    # chunk, so batch N's distinct rows must fit on chip; nothing was written, and the deferred
-    # lookup is dropped (issue UPDATE(N) again, then LOOKUP(N+1)).
-    CORRECTION_OVERFLOW = 11
-    LOOKUP_ALREADY_DEFERRED = 12  # a relaxed LOOKUP while another one waits for its UPDATE
+    LOOKUP_ALREADY_DEFERRED = 11  # a relaxed LOOKUP while another one waits for its UPDATE
 
 
 def table_layout(addr_width: int) -> data.StructLayout:

@@ -27,11 +27,11 @@ How a command runs
 
 **Correcting a relaxed lookup** (``correct_enable``, ``sw_model.relaxed``): the deferred
 LOOKUP(N+1)'s command comes along with UPDATE(N). Its descriptors are checked and its offsets
-and indices validated too, before any row is written. Batch N must then fit in one chunk
-(``CORRECTION_OVERFLOW`` otherwise, found before the first row write); the apply keeps
-``new - old`` per line in the gradient buffer, the CAM keeps its rows, and
-:class:`~.update_correct.CorrectionSequencer` walks batch N+1, adding the deltas of the rows
-both batches touch to its pooled output and scaling its MEAN bags.
+and indices validated too, before any row is written. After each chunk's apply (which keeps
+``new - old`` per line in the gradient buffer) the CAM keeps the chunk's rows while
+:class:`~.update_correct.CorrectionSequencer` walks batch N+1 and adds the deltas of the rows
+both touch to its pooled output, chunk by chunk as ``sw_model.relaxed`` defines it; after the
+last chunk it also scales the MEAN bags.
 
 Bus errors (``rresp``/``bresp`` not OKAY) stop all new reads, drop the row writes not yet
 offered and end the command with ``BUS_ERROR`` after the bus is quiet; rows already written
@@ -450,6 +450,7 @@ class UpdateEngine(wiring.Component):
         error_position = Signal(32)
         bus_error = Signal()
         last_chunk = Signal()
+        m.d.comb += corrector.final.eq(last_chunk)
         halted = Signal()  # after an error: no new read, no row write not yet offered
         stop = halted | bus_error | router.error | writes.error  # from the error's own cycle
         m.d.comb += [router.stop.eq(stop), writes.stop.eq(stop)]
@@ -574,10 +575,6 @@ class UpdateEngine(wiring.Component):
                 with m.Elif(walk_failed):  # only if memory changed since the validation
                     record(walker.status)
                     m.next = "Drain"
-                with m.Elif(unique.full & correcting):
-                    # The correction needs all of batch N's rows at once; no row is written.
-                    m.d.sync += error.eq(ErrorCode.CORRECTION_OVERFLOW)
-                    m.next = "Drain"
                 with m.Elif(unique.full):
                     m.next = "Chunk-Settle"
                 with m.Elif(walk_finished & ~unique.i.valid):
@@ -609,7 +606,7 @@ class UpdateEngine(wiring.Component):
                     m.next = "Drain"
                 with m.Elif(~row_fetch.busy & datapath.apply_idle):
                     with m.If(correcting):
-                        # (One chunk: the CAM keeps its rows for the correction's lookups.)
+                        # The CAM keeps the chunk's rows for the correction's lookups.
                         m.next = "Correct-Start"
                     with m.Elif(last_chunk):
                         m.d.comb += unique.clear.eq(1)
@@ -619,9 +616,14 @@ class UpdateEngine(wiring.Component):
                         m.next = "Accumulate"
 
             with m.State("Correct-Start"):
-                start_deferred_walk(WalkMode.UPDATE)
-                m.d.comb += corrector.start.eq(1)
-                m.next = "Correct"
+                # A bag stored by the previous chunk's correction is loaded again by this one:
+                # every write completes first.
+                with m.If(bus_error):
+                    m.next = "Drain"
+                with m.Elif(writes_settled):
+                    start_deferred_walk(WalkMode.UPDATE)
+                    m.d.comb += corrector.start.eq(1)
+                    m.next = "Correct"
 
             with m.State("Correct"):
                 with m.If(bus_error):
@@ -630,7 +632,11 @@ class UpdateEngine(wiring.Component):
                     record(deferred_walker.status)
                     m.next = "Drain"
                 with m.Elif(corrector.done & datapath.correction_idle):
-                    m.next = "Flush"
+                    with m.If(last_chunk):
+                        m.next = "Flush"
+                    with m.Else():
+                        m.d.comb += unique.clear.eq(1)
+                        m.next = "Accumulate"
 
             with m.State("Flush"):
                 with m.If(bus_error):

@@ -1,13 +1,14 @@
 """The correction of a relaxed lookup, run by the update engine after batch N's rows are written.
 
 A relaxed LOOKUP(N+1) pooled the tables before UPDATE(N) and left its MEAN bags unscaled
-(``LookupEngine.defer_mean``). Once UPDATE(N) has applied its one chunk, the gradient buffer
-holds ``delta = new - old`` for every row batch N wrote and the unique-row CAM says which slot
-holds which row. This sequencer walks batch N+1's occurrences in TBE order (table, bag,
-position: the order of ``sw_model.relaxed`` step 3) and, per bag:
+(``LookupEngine.defer_mean``). Once UPDATE(N) has applied a chunk, the gradient buffer holds
+``delta = new - old`` for every row of the chunk and the unique-row CAM says which slot holds
+which row; this sequencer runs once per chunk. It walks batch N+1's occurrences in TBE order
+(table, bag, position: the order of ``sw_model.relaxed`` step 3) and, per bag:
 
 * loads the bag's pooled lines from the output buffer when it first needs them: at its first
-  occurrence of a row batch N wrote, or at its first occurrence at all for a MEAN table;
+  occurrence of a row the chunk wrote, or (after the last chunk) at its first occurrence at
+  all for a MEAN table;
 * adds ``delta * factor`` for every such occurrence (factor: the per-sample weight for
   WEIGHTED tables, 1.0 otherwise);
 * scales MEAN bags by ``float32(1) / float32(L)`` (step 4) and stores the lines back.
@@ -39,6 +40,9 @@ class CorrectionSequencer(wiring.Component):
         Batch N+1's walk in UPDATE mode; ``gradient`` is the bag's first output line.
     walk_done : ``In(1)``
         The walker has emitted its last occurrence.
+    final : ``In(1)``
+        This pass follows the update's last chunk: MEAN bags are scaled (and so loaded even
+        without a correction). Earlier passes touch only the bags they correct.
     descriptors : ``In(ArrayLayout(table_layout, max_tables))``
     probe, probe_key, probe_hit, probe_slot :
         The unique-row CAM's lookup port (``Out``, ``Out``, ``In``, ``In``).
@@ -58,6 +62,7 @@ class CorrectionSequencer(wiring.Component):
             "occurrences": In(stream.Signature(occurrence_layout(
                 table_width=table_width, line_width=line_width, line_address_width=law))),
             "walk_done": In(1),
+            "final": In(1),
             "descriptors": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
             "probe": Out(1),
             "probe_key": Out(data.StructLayout({"table": unsigned(table_width), "row": 32})),
@@ -93,7 +98,8 @@ class CorrectionSequencer(wiring.Component):
         ]
         hit = self.probe_hit
         mean = mode == PoolingMode.MEAN
-        needed = hit | mean
+        scaled = mean & self.final
+        needed = hit | scaled
         same_bag = held & (held_line == occurrence.gradient)
         op = self.ops.payload
 
@@ -128,7 +134,7 @@ class CorrectionSequencer(wiring.Component):
                         m.d.sync += [
                             held_line.eq(occurrence.gradient),
                             held_lines.eq(occurrence.lines),
-                            held_mean.eq(mean),
+                            held_mean.eq(scaled),
                             held_reciprocal.eq(occurrence.scale),
                             requested.eq(0),
                         ]

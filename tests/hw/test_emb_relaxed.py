@@ -21,7 +21,7 @@ from hw.emb.layouts import (
     status_layout,
     table_layout,
 )
-from sw_model import embedding_bag_tbe, relaxed_lookup, sparse_sgd_update
+from sw_model import embedding_bag_tbe, relaxed_lookup, sparse_sgd_update, update_deltas
 from tb.emb.cases import same_bits
 from tb.emb.update_pysim import AxiMemoryModel
 
@@ -219,43 +219,56 @@ def test_deferred_lookup_is_corrected_by_the_update(modes):
         assert same_bits(got.reshape(bags, row_floats), expected).all(), f"batch {k} output"
 
 
-def test_correction_overflow_writes_nothing():
-    """Batch N has more distinct rows than the CAM: UPDATE(N) fails before any row write and
-    drops the deferred lookup; UPDATE(N) again then runs chunked, without a correction."""
+@pytest.mark.parametrize("mode", [PoolingMode.MEAN, PoolingMode.WEIGHTED])
+def test_chunked_update_corrects_chunk_by_chunk(mode):
+    """Batch N has more distinct rows than the CAM holds: UPDATE(N) corrects the deferred
+    LOOKUP(N+1) after each chunk it writes (``sw_model.relaxed``, chunked), and scales MEAN
+    bags after the last."""
     from amaranth.lib import data
-    rng = np.random.default_rng(3)
-    rows, dims, bags = [8], [16], 2
-    table = rng.uniform(-4, 4, size=(rows[0], dims[0])).astype(np.float32)
-    batch0 = Batch(np.arange(6, dtype=np.uint32), np.array([0, 3, 6], dtype=np.uint32),
-                   np.ones(6, dtype=np.float32), 0x4000)
-    batch1 = Batch(np.array([1, 2, 7], dtype=np.uint32), np.array([0, 2, 3], dtype=np.uint32),
-                   np.ones(3, dtype=np.float32), 0x6000)
+    rng = np.random.default_rng(21 + mode.value)
+    rows, dims, bags, capacity = [6, 5], [16, 32], 3, 4
+    tables = [rng.uniform(-4, 4, size=(r, d)).astype(np.float32)
+              for r, d in zip(rows, dims, strict=True)]
+    table_base = [0x1000, 0x2000]
+    batches = [draw_batch(rng, rows, bags, 0x4000 + k * 0x2000, max_bag=4) for k in range(2)]
     image = bytearray(1 << AW)
-    image[0x1000:0x1000 + table.nbytes] = table.tobytes()
-    gradient = rng.uniform(-1, 1, size=(bags, dims[0])).astype(np.float32)
-    for batch in (batch0, batch1):
+    for table, base in zip(tables, table_base, strict=True):
+        image[base:base + table.nbytes] = table.tobytes()
+    row_floats = sum(dims)
+    gradient = rng.uniform(-1, 1, size=(bags, row_floats)).astype(np.float32)
+    for batch in batches:
         a = batch.addresses
         for name, array in (("indices", batch.indices), ("offsets", batch.offsets),
                             ("weights", batch.weights)):
             image[a[name]:a[name] + array.nbytes] = array.tobytes()
-    a0 = batch0.addresses
+    a0 = batches[0].addresses
     image[a0["gradient"]:a0["gradient"] + gradient.nbytes] = gradient.tobytes()
     descriptors = data.ArrayLayout(table_layout(AW), MAX_TABLES).const(
-        [{"base": 0x1000, "rows": rows[0], "dim": dims[0], "mode": PoolingMode.SUM}, {}])
-    engine = EmbeddingEngine(**PARAMS, max_unique_rows=4)
-    update = command(Opcode.UPDATE, 0, batch0, bags, 1, "gradient")
-    steps = [(command(Opcode.LOOKUP, 0, batch0, bags, 1, "output"), 1),
-             (command(Opcode.LOOKUP, 1, batch1, bags, 1, "output"), 1),
-             (update, 1)]
-    statuses = run(engine, image, steps, descriptors=descriptors)
-    assert [s.error for s in statuses] == [ErrorCode.NONE, ErrorCode.NONE,
-                                           ErrorCode.CORRECTION_OVERFLOW]
-    assert same_bits(read_floats(image, 0x1000, table.size).reshape(table.shape), table).all()
-    statuses = run(engine := EmbeddingEngine(**PARAMS, max_unique_rows=4), image,
-                   [(update, 1)], descriptors=descriptors)
-    assert statuses[0].error == ErrorCode.NONE
-    expected = sparse_sgd_update([table], gradient, batch0.indices.astype(np.int64),
-                                 batch0.offsets.astype(np.int64), "sum", LR,
-                                 max_unique_rows=4).tables[0]
-    got = read_floats(image, 0x1000, table.size).reshape(table.shape)
-    assert same_bits(got, expected).all()
+        [{"base": base, "rows": r, "dim": d, "mode": mode}
+         for base, r, d in zip(table_base, rows, dims, strict=True)])
+    steps = [(command(Opcode.LOOKUP, 0, batches[0], bags, 2, "output"), 1),
+             (command(Opcode.LOOKUP, 1, batches[1], bags, 2, "output"), 1),
+             (command(Opcode.UPDATE, 0, batches[0], bags, 2, "gradient"), 1)]
+    statuses = run(EmbeddingEngine(**PARAMS, max_unique_rows=capacity), image, steps,
+                   descriptors=descriptors)
+    assert [s.error for s in statuses] == [ErrorCode.NONE] * 3
+
+    name = _MODE_NAMES[mode]
+    weighted = mode == PoolingMode.WEIGHTED
+
+    def tbe(batch):
+        return (batch.indices.astype(np.int64), batch.offsets.astype(np.int64), name,
+                batch.weights if weighted else None)
+
+    indices, offsets, _, weights = tbe(batches[0])
+    update, deltas = update_deltas(tables, gradient, indices, offsets, name, LR, weights,
+                                   max_unique_rows=capacity)
+    assert len(deltas) >= 2   # the case is chunked
+    relaxed = relaxed_lookup(tables, update.tables, update.updated_rows(), *tbe(batches[1]),
+                             chunk_deltas=deltas)
+    assert relaxed.corrections > 0
+    for t in range(2):
+        got = read_floats(image, table_base[t], rows[t] * dims[t]).reshape(rows[t], dims[t])
+        assert same_bits(got, update.tables[t]).all(), f"table {t}"
+    got = read_floats(image, batches[1].addresses["output"], bags * row_floats)
+    assert same_bits(got.reshape(bags, row_floats), relaxed.pooled).all(), "batch 1 output"
