@@ -153,7 +153,7 @@ def summarise(raws: dict, params: dict, lookup: dict | None = None,
         modes = {}
         for mode in MODES:
             if mode in NOT_IMPLEMENTED:
-                modes[mode] = {"status": "not implemented in RTL",
+                modes[mode] = {"status": "not measured yet",
                                "reason": NOT_IMPLEMENTED[mode],
                                "description": MODE_DESCRIPTIONS[mode]}
                 continue
