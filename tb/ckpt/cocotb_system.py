@@ -17,6 +17,7 @@ from hw.emb.layouts import LINE_BYTES, ErrorCode, Opcode
 from sim.rtl import design_from_env
 from sw_model.checkpoint import CheckpointOracle, Phase, first_table_difference
 from sw_model.presets import get_preset
+from sw_model.train import train
 from tb.common import reset, start_clock
 
 from .host import Device, FailurePlan, MemoryMap, Trainer
@@ -27,7 +28,7 @@ BATCHES = 12
 class Bench:
     """Fresh memory image, configured device, initial state loaded."""
 
-    def __init__(self, dut, preset, *, log_mode=LogMode.ON_LOOKUP):
+    def __init__(self, dut, preset, *, log_mode=LogMode.ON_LOOKUP, relaxed=False):
         self.params = design_from_env().params
         self.preset = preset
         self.device = Device(dut, addr_width=self.params["addr_width"],
@@ -37,20 +38,22 @@ class Bench:
         self.layout = MemoryMap.for_preset(preset, mlp_floats)
         memory_bytes = self.params["memory_lines"] * LINE_BYTES
         assert self.layout.end <= memory_bytes, (self.layout.end, memory_bytes)
-        self.device.configure(preset, self.layout, memory_bytes, log_mode=log_mode)
+        self.device.configure(preset, self.layout, memory_bytes, log_mode=log_mode,
+                              relaxed=relaxed)
         self.device.set_profile("pmem")
         self.trainer = Trainer(self.device, preset, self.layout,
                                max_unique_rows=self.params["max_unique_rows"],
-                               log=dut._log.info)
+                               log=dut._log.info, relaxed=relaxed)
         self.oracle = CheckpointOracle(preset, max_unique_rows=self.params["max_unique_rows"])
 
     @classmethod
-    async def create(cls, dut, preset=None, *, log_mode=LogMode.ON_LOOKUP, started=False):
+    async def create(cls, dut, preset=None, *, log_mode=LogMode.ON_LOOKUP, started=False,
+                     relaxed=False):
         """``log_mode``: when the undo log is taken (``CKPT_CONTROL.log_mode``);
         ``started``: the clock runs already (a second bench in one test: fresh tables and
         metadata, no reset)."""
         preset = preset or get_preset("tiny").replace(num_batches=BATCHES)
-        bench = cls(dut, preset, log_mode=log_mode)
+        bench = cls(dut, preset, log_mode=log_mode, relaxed=relaxed)
         if not started:
             start_clock(dut)
             await reset(dut)
@@ -196,6 +199,29 @@ async def gpf_drains_and_recovery_follows(dut):
 
 # --- log modes: the undo log taken at UPDATE time (AT_UPDATE, nmp_sync_log) or in the ---------
 # --- background right after LOOKUP (AFTER_LOOKUP) ---------------------------------------------
+
+@cocotb.test()
+async def train_relaxed(dut):
+    """Relaxed lookup with checkpointing: LOOKUP(N + 1) runs before UPDATE(N), deferred and
+    unlogged, and UPDATE(N) corrects it (its chunks one by one); every pooled output is the
+    golden relaxed lookup's (the trainer checks each), the final tables are relaxed golden
+    training's, and every batch is committed with its undo log taken by the replay."""
+    bench = await Bench.create(dut, relaxed=True)
+    trainer, preset = bench.trainer, bench.preset
+    before = bench.device.counters()
+    while trainer.next_batch < preset.num_batches:
+        assert await trainer.run_batch() is None
+    assert bench.device.value("last_committed") == preset.num_batches - 1
+    golden = train(preset, max_unique_rows=bench.params["max_unique_rows"], lookup="relaxed",
+                   record_pooled=False)
+    assert sum(r.corrections for r in golden.records) > 0
+    assert first_table_difference(golden.state.tables, await trainer.table_state()) is None
+    strict = bench.oracle.golden_run(record_pooled=False).state.tables
+    assert first_table_difference(strict, golden.state.tables) is not None
+    after = bench.device.counters()
+    assert after["log_entries"] - before["log_entries"] > 0
+    dut._log.info("relaxed: cycles per batch %s", [c["total"] for c in trainer.batch_cycles])
+
 
 SYNC_BATCHES = 4
 

@@ -36,8 +36,8 @@ from sim.pmem import PROFILES
 from sw_model.checkpoint import Failure, Phase, acceptable_recovery, is_snapshot_batch
 from sw_model.data import make_batch
 from sw_model.dlrm import MLPParams, dense_backward, dense_forward, pool_embeddings, sgd_step
-from sw_model.embedding import sparse_sgd_update
 from sw_model.presets import Preset
+from sw_model.relaxed import relaxed_lookup, update_deltas
 from sw_model.train import initial_state
 from tb.common import cycles_timer, wait_cycles
 
@@ -69,6 +69,17 @@ class MemoryMap:
     slots: tuple[int, int]
     slot_size: int
     end: int
+    #: A second set of (indices, offsets, weights, output) for odd batches with relaxed lookup:
+    #: LOOKUP(N + 1) writes its output while UPDATE(N) still reads batch N's buffers.
+    odd_staging: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    def staging(self, batch: int) -> dict[str, int]:
+        """Batch ``batch``'s buffers: the first set for even batches, else ``odd_staging``
+        (the first set for every batch unless the host runs relaxed)."""
+        names = ("indices", "offsets", "weights", "output")
+        if batch % 2 and any(self.odd_staging):
+            return dict(zip(names, self.odd_staging, strict=True))
+        return {name: getattr(self, name) for name in names}
 
     @classmethod
     def for_preset(cls, preset: Preset, mlp_floats: int) -> MemoryMap:
@@ -90,8 +101,13 @@ class MemoryMap:
         slot_size = _align(mlp_floats * 4, LINE_BYTES)
         slot0, at = at, _align(at + slot_size)
         slot1, at = at, _align(at + slot_size)
+        odd_indices, at = at, _align(at + max_indices * 4)
+        odd_offsets, at = at, _align(at + (preset.num_tables * preset.batch_size + 1) * 4)
+        odd_weights, at = at, _align(at + max_indices * 4)
+        odd_output, at = at, _align(at + preset.batch_size * preset.num_tables * preset.dim * 4)
         return cls(tuple(bases), indices, offsets, weights, output, meta, log, log_size,
-                   (slot0, slot1), slot_size, at)
+                   (slot0, slot1), slot_size, at,
+                   (odd_indices, odd_offsets, odd_weights, odd_output))
 
 
 class Device:
@@ -119,7 +135,8 @@ class Device:
             getattr(self.dut, port).value = value
 
     def configure(self, preset: Preset, layout: MemoryMap, memory_bytes: int, *,
-                  logging: bool = True, log_mode: LogMode = LogMode.ON_LOOKUP):
+                  logging: bool = True, log_mode: LogMode = LogMode.ON_LOOKUP,
+                  relaxed: bool = False):
         """Tables, regions, learning rate, checkpoint regions; ``logging`` off is the
         no-checkpoint baseline; ``log_mode`` says when the undo log is taken
         (``hw.ckpt.engine``)."""
@@ -146,6 +163,7 @@ class Device:
         dut.snapshot_interval.value = preset.snapshot_interval
         dut.logging_enable.value = int(logging)
         self.set_log_mode(log_mode)
+        dut.relaxed.value = int(relaxed)
 
     def set_log_mode(self, log_mode: LogMode):
         """When the undo log is taken, from the next LOOKUP on (the engine samples it there)."""
@@ -342,8 +360,12 @@ class Trainer:
 
     def __init__(self, device: Device, preset: Preset, layout: MemoryMap, *,
                  max_unique_rows: int, log=None, checkpointing: bool = True,
-                 host_gap: int = 0):
+                 host_gap: int = 0, relaxed: bool = False):
         self.checkpointing = checkpointing  # False: logging off, no RECOVER/SNAPSHOT
+        # Relaxed lookup (the device's ``relaxed`` input set): LOOKUP(N + 1) runs during the
+        # GPU's time for batch N, and UPDATE(N) corrects it (``_run_relaxed_batch``).
+        self.relaxed = relaxed
+        self._ahead = None   # (batch, expected pooled output) of the LOOKUP that ran ahead
         self.host_gap = host_gap            # cycles of modelled GPU work between the commands
         self.device = device
         self.preset = preset
@@ -389,24 +411,53 @@ class Trainer:
         return mlp.flat().astype("<f4").tobytes()
 
     def _fields(self, batch):
-        preset, layout = self.preset, self.layout
+        preset = self.preset
         return {"bags": preset.batch_size, "tables": preset.num_tables,
-                "num_indices": int(batch.indices.size), "indices": layout.indices,
-                "offsets": layout.offsets, "weights": layout.weights, "output": layout.output}
+                "num_indices": int(batch.indices.size),
+                **self.layout.staging(batch.number if self.relaxed else 0)}
+
+    async def _stage(self, batch):
+        """Batch ``batch``'s indices, offsets and weights into its buffers."""
+        buffers = self.layout.staging(batch.number if self.relaxed else 0)
+        await self.device.write(buffers["indices"], batch.indices.astype("<u4").tobytes())
+        await self.device.write(buffers["offsets"], batch.offsets.astype("<u4").tobytes())
+        if batch.per_sample_weights is not None:
+            await self.device.write(buffers["weights"],
+                                    batch.per_sample_weights.astype("<f4").tobytes())
+
+    async def _host_step(self, n, batch, pooled_expected):
+        """The host's part of batch ``n``: check the pooled output, run the MLP, write the
+        gradient where the output was; the golden update. Returns the update's chunk deltas."""
+        device, preset = self.device, self.preset
+        output = self._fields(batch)["output"]
+        raw = await device.read(output, preset.batch_size * preset.num_tables * preset.dim * 4)
+        pooled = np.frombuffer(raw, dtype="<f4").reshape(preset.batch_size, -1)
+        if pooled.tobytes() != pooled_expected.tobytes():
+            raise AssertionError(f"batch {n}: pooled output differs from the golden model")
+        tables, mlp = self.golden.tables[n - 1], self.golden.mlp_after[n - 1]
+        fwd = dense_forward(mlp, batch.dense, pooled, preset.interaction)
+        grads, d_pooled = dense_backward(mlp, fwd, batch.labels)
+        await device.write(output, d_pooled.astype("<f4").tobytes())
+        update, deltas = update_deltas(
+            tables, d_pooled, batch.indices, batch.offsets, preset.table_modes, preset.lr,
+            batch.per_sample_weights, max_unique_rows=self.max_unique_rows)
+        self.golden.tables[n] = update.tables
+        self.golden.mlp_after[n] = sgd_step(mlp, grads, preset.lr)
+        return update, deltas
 
     # --- one batch ---------------------------------------------------------------------------
     async def run_batch(self, plan: FailurePlan | None = None) -> _Injector | None:
         """Train batch ``next_batch``; with a plan for it, return the injector once power
         has failed (the caller then recovers)."""
-        device, preset, layout = self.device, self.preset, self.layout
+        if self.relaxed:
+            assert plan is None, "power failures are not planned with relaxed lookup yet"
+            await self._run_relaxed_batch()
+            return None
+        device, preset = self.device, self.preset
         n = self.next_batch
         tables = self.golden.tables[n - 1]
-        mlp = self.golden.mlp_after[n - 1]
         batch = make_batch(preset, n)
-        await device.write(layout.indices, batch.indices.astype("<u4").tobytes())
-        await device.write(layout.offsets, batch.offsets.astype("<u4").tobytes())
-        if batch.per_sample_weights is not None:
-            await device.write(layout.weights, batch.per_sample_weights.astype("<f4").tobytes())
+        await self._stage(batch)
         fields = self._fields(batch)
 
         async def step(name, opcode):
@@ -428,19 +479,7 @@ class Trainer:
             return injector
         host_started = device.now()
         assert status["error"] == ErrorCode.NONE, (n, status, device.error())
-        raw = await device.read(layout.output, preset.batch_size * preset.num_tables
-                                * preset.dim * 4)
-        pooled = np.frombuffer(raw, dtype="<f4").reshape(preset.batch_size, -1)
-        expected = pool_embeddings(tables, batch, preset)
-        if pooled.tobytes() != expected.tobytes():
-            raise AssertionError(f"batch {n}: pooled output differs from the golden model")
-        fwd = dense_forward(mlp, batch.dense, pooled, preset.interaction)
-        grads, d_pooled = dense_backward(mlp, fwd, batch.labels)
-        await device.write(layout.output, d_pooled.astype("<f4").tobytes())
-        self.golden.tables[n] = sparse_sgd_update(
-            tables, d_pooled, batch.indices, batch.offsets, preset.table_modes, preset.lr,
-            batch.per_sample_weights, max_unique_rows=self.max_unique_rows).tables
-        self.golden.mlp_after[n] = sgd_step(mlp, grads, preset.lr)
+        await self._host_step(n, batch, pool_embeddings(tables, batch, preset))
         if self.host_gap:
             await wait_cycles(device.dut.clk, self.host_gap)
         host_cycles = device.now() - host_started
@@ -452,6 +491,65 @@ class Trainer:
         self.batch_cycles.append({"batch": n, "lookup": lookup_cycles, "host": host_cycles,
                                   "update": update_cycles,
                                   "total": device.now() - batch_started})
+        return await self._after_update(n, plan)
+
+    async def _run_relaxed_batch(self):
+        """Batch N with relaxed lookup. LOOKUP(N) ran ahead during batch N - 1 (else it runs
+        now, strict: the first batch); the host checks its corrected output, runs the MLP and
+        writes the gradient; LOOKUP(N + 1) then runs during the GPU's time (deferred by the
+        device), and UPDATE(N) writes batch N's rows and corrects it."""
+        device, preset = self.device, self.preset
+        n = self.next_batch
+        batch = make_batch(preset, n)
+        batch_started = device.now()
+        lookup_cycles = 0
+        if self._ahead is None or self._ahead[0] != n:
+            await self._stage(batch)
+            started = device.now()
+            status = await device.command(Opcode.LOOKUP, n, **self._fields(batch))
+            assert status["error"] == ErrorCode.NONE, (n, status, device.error())
+            lookup_cycles = device.now() - started
+            expected = pool_embeddings(self.golden.tables[n - 1], batch, preset)
+        else:
+            expected = self._ahead[1]
+        host_started = device.now()
+        update, deltas = await self._host_step(n, batch, expected)
+        ahead = None
+        if n + 1 < preset.num_batches:
+            following = make_batch(preset, n + 1)
+            await self._stage(following)
+            started = device.now()
+            await device.issue(Opcode.LOOKUP, n + 1, **self._fields(following))
+
+            async def finish_ahead():
+                return await device.finish(), device.now()
+
+            ahead = cocotb.start_soon(finish_ahead())
+        if self.host_gap:
+            await wait_cycles(device.dut.clk, self.host_gap)
+        if ahead is not None:
+            status, finished = await ahead
+            assert status["error"] == ErrorCode.NONE, (n + 1, status, device.error())
+            assert device.value("engine_deferred") == 1, "LOOKUP(N + 1) was not deferred"
+            lookup_cycles += finished - started
+        host_cycles = device.now() - host_started
+        started = device.now()
+        status = await device.command(Opcode.UPDATE, n, **self._fields(batch))
+        assert status["error"] == ErrorCode.NONE, (n, status, device.error())
+        update_cycles = device.now() - started
+        if ahead is not None:
+            self._ahead = (n + 1, relaxed_lookup(
+                self.golden.tables[n - 1], update.tables, update.updated_rows(),
+                following.indices, following.offsets, preset.table_modes,
+                following.per_sample_weights, chunk_deltas=deltas).pooled)
+        self.batch_cycles.append({"batch": n, "lookup": lookup_cycles, "host": host_cycles,
+                                  "update": update_cycles,
+                                  "total": device.now() - batch_started})
+        await self._after_update(n, None)
+
+    async def _after_update(self, n, plan):
+        """Batch ``n``'s UPDATE is done: commit bookkeeping and the snapshot."""
+        device, layout = self.device, self.layout
         if not self.checkpointing:
             self.golden.prune(n)
             self.next_batch = n + 1

@@ -15,7 +15,7 @@ MODULE = "tb.ckpt.cocotb_system"
     "train_without_failure", "crash_in_lookup", "crash_in_update", "crash_in_commit",
     "crash_in_snapshot", "crash_during_recovery", "gpf_drains_and_recovery_follows",
     "train_log_modes_match_log_on_lookup", "crash_in_at_update_replay",
-    "crash_in_at_update_update", "crash_in_after_lookup_replay",
+    "crash_in_at_update_update", "crash_in_after_lookup_replay", "train_relaxed",
 ])
 def test_system(testcase):
     result = run(SYSTEM, MODULE, testcase=testcase, run_name=testcase)
