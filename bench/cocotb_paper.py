@@ -30,7 +30,7 @@ import numpy as np
 from cocotb.triggers import FallingEdge, RisingEdge
 from cocotb.utils import get_sim_time
 
-from bench.paper import LOGGING_MODES
+from bench.paper import LOGGING_MODES, RELAXED_MODES
 from hw.ckpt.layouts import CheckpointPhase, LogMode
 from hw.emb.layouts import LINE_BYTES
 from sim.pmem import PROFILES
@@ -194,8 +194,10 @@ async def measure_preset(dut, device, link, params, spec):
     first_ns = get_sim_time("ns")
     for mode in spec["modes"]:
         checkpointing = mode in LOGGING_MODES
+        relaxed = mode in RELAXED_MODES
         device.configure(preset, layout, memory_bytes, logging=checkpointing,
-                         log_mode=LogMode[LOGGING_MODES.get(mode, "ON_LOOKUP")])
+                         log_mode=LogMode[LOGGING_MODES.get(mode, "ON_LOOKUP")],
+                         relaxed=relaxed)
         device.set_profile(spec["profile"])
         if mode == "host_gather":
             started_wall, started = time.monotonic(), device.now()
@@ -208,7 +210,8 @@ async def measure_preset(dut, device, link, params, spec):
             continue
         await device.write(layout.meta, bytes(8 * LINE_BYTES))
         trainer = Trainer(device, preset, layout, max_unique_rows=params["max_unique_rows"],
-                          checkpointing=checkpointing, host_gap=spec["gpu_cycles"])
+                          checkpointing=checkpointing, host_gap=spec["gpu_cycles"],
+                          relaxed=relaxed)
         await trainer.load_initial()
         before = device.counters()
         beats = _pmem_beats(dut)

@@ -28,9 +28,10 @@ system (:data:`tb.ckpt.designs.PAPER_SYSTEM`: the device's engines, the PMEM mod
 * ``nmp_log_lookup_replay``: ``log_mode`` LOOKUP_THEN_REPLAY: the tap logs during LOOKUP as far
   as its buffer allows without holding LOOKUP up (the log's writes start at once), and what it
   had to drop is replayed into the log right after LOOKUP's status, overlapping the GPU;
-* ``trainingcxl``: all of the above plus relaxed lookup -- the RTL has relaxed lookup
-  (``CONTROL.relaxed_lookup``) but the benchmark's host does not run the relaxed pipeline yet:
-  no number.
+* ``trainingcxl``: log on lookup, relaxed MLP snapshots and relaxed lookup: the host sends
+  LOOKUP(N + 1) as soon as it has written batch N's gradient, so the lookup runs during the
+  GPU's time; UPDATE(N) then writes batch N's rows and corrects LOOKUP(N + 1)'s output, and
+  batch N + 1's undo log is taken by a background replay after UPDATE(N) commits.
 
 Every mode spends the same ``--gpu-cycles`` per batch between the pooled output and the
 gradient (the GPU's MLP forward and backward). A batch's cycles run from the start of its
@@ -61,20 +62,18 @@ from pathlib import Path
 
 from sim.rtl import BUILD_ROOT
 
-__all__ = ["MODES", "NOT_IMPLEMENTED", "SIM_PRESETS", "main", "summarise", "write_report"]
+__all__ = ["MODES", "RELAXED_MODES", "SIM_PRESETS", "main", "summarise", "write_report"]
 
 MODES = ("host_gather", "nmp", "nmp_sync_log", "nmp_log_on_lookup", "nmp_log_after_lookup",
          "nmp_log_lookup_replay", "trainingcxl")
-MEASURED = ("host_gather", "nmp", "nmp_sync_log", "nmp_log_on_lookup", "nmp_log_after_lookup",
-            "nmp_log_lookup_replay")
+MEASURED = MODES
 #: The measured modes with the checkpoint engine on, and their ``CKPT_CONTROL.log_mode``.
 LOGGING_MODES = {"nmp_sync_log": "AT_UPDATE", "nmp_log_on_lookup": "ON_LOOKUP",
                  "nmp_log_after_lookup": "AFTER_LOOKUP",
-                 "nmp_log_lookup_replay": "LOOKUP_THEN_REPLAY"}
-NOT_IMPLEMENTED = {
-    "trainingcxl": "log-on-lookup + relaxed MLP snapshots + relaxed lookup: the RTL has "
-                   "relaxed lookup, the benchmark's host does not run its pipeline yet",
-}
+                 "nmp_log_lookup_replay": "LOOKUP_THEN_REPLAY", "trainingcxl": "ON_LOOKUP"}
+#: The modes whose host runs relaxed lookup (``CONTROL.relaxed_lookup``): LOOKUP(N + 1) during
+#: the GPU's time for batch N, corrected by UPDATE(N); its undo log is replayed after UPDATE(N).
+RELAXED_MODES = ("trainingcxl",)
 MODE_DESCRIPTIONS = {
     "host_gather": "host reads rows over CXL.mem, pools/updates on the host, checkpoints by "
                    "copying touched rows before the write-back",
@@ -152,11 +151,6 @@ def summarise(raws: dict, params: dict, lookup: dict | None = None,
     for name, raw in raws.items():
         modes = {}
         for mode in MODES:
-            if mode in NOT_IMPLEMENTED:
-                modes[mode] = {"status": "not measured yet",
-                               "reason": NOT_IMPLEMENTED[mode],
-                               "description": MODE_DESCRIPTIONS[mode]}
-                continue
             run = raw["modes"].get(mode)
             if run is None:
                 modes[mode] = {"status": "not run", "description": MODE_DESCRIPTIONS[mode]}
@@ -200,7 +194,6 @@ def summarise(raws: dict, params: dict, lookup: dict | None = None,
                 ratios[f"ft_overhead_{mode}"] = logged / nmp - 1
             if hg and logged:
                 ratios[f"speedup_{mode}_vs_host_gather"] = hg / logged
-        ratios["ft_overhead_trainingcxl"] = None  # not measured: no relaxed host pipeline
         if hg and nmp:
             ratios["speedup_nmp_vs_host_gather"] = hg / nmp
         recovery = raw.get("recovery")
@@ -276,8 +269,7 @@ def write_markdown(results: dict) -> str:
                          f"{_fmt(e.get('pmem_write_port_busy'), '.0%')} |")
         r = entry["ratios"]
         lines += ["", "- ft_overhead (mode / nmp - 1): " + "; ".join(
-            f"{mode} {_fmt(r.get(f'ft_overhead_{mode}'), '.2%')}" for mode in LOGGING_MODES)
-            + "; trainingcxl -- (not measured yet)"]
+            f"{mode} {_fmt(r.get(f'ft_overhead_{mode}'), '.2%')}" for mode in LOGGING_MODES)]
         if entry.get("recovery"):
             rec = entry["recovery"]
             lines.append(f"- recovery: RECOVER {rec['recovery_cycles']} cycles "
@@ -347,10 +339,6 @@ def write_plots(results: dict, out_dir: Path) -> list[Path]:
                     xs.append(k + i * width)
                     ys.append(value)
             ax.bar(xs, ys, width, label=name)
-        for k, mode in enumerate(MODES):
-            if mode in NOT_IMPLEMENTED:
-                ax.text(k + 0.4 - width / 2, 0, "not in RTL", rotation=90, ha="center",
-                        va="bottom", fontsize=8, color="grey")
         ax.set_xticks([k + 0.4 - width / 2 for k in range(len(MODES))], MODES, rotation=15)
         ax.set_ylabel(ylabel)
         ax.set_title(f"{ylabel} ({results['parameters']['profile']['name']} profile)")
