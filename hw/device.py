@@ -29,6 +29,11 @@ log regions are closed to the host by two extra protected ranges of the front en
 snapshot slots stay open: the host writes the MLP parameters there). ``gpf`` (power-fail
 warning) goes to it, ``gpf_done`` reports the drain. Without the module in the tree, asking
 for checkpointing is an error.
+Relaxed lookup. ``CONTROL.relaxed_lookup`` lets a LOOKUP run before the UPDATE of the batch
+before it (``EmbeddingEngine.relaxed``): the engine defers it and that UPDATE corrects its
+output; ``STATUS.lookup_deferred`` shows one waiting. With checkpointing the bit goes to the
+CheckpointEngine, which accepts only LOOKUP(N + 1) after LOOKUP(N) so, does not log its stale
+reads, and replays it into the log once UPDATE(N) commits.
 """
 
 import importlib.util
