@@ -60,7 +60,8 @@ async def identification_and_reset_values(dut):
             if field.access.value == "rw":
                 assert values[field.name] == field.init, (register.name, field.name, values)
     status = await driver.read("STATUS")
-    assert status == {"busy": 0, "host_idle": 1, "command_level": 0, "completion_level": 0}
+    assert status == {"busy": 0, "host_idle": 1, "command_level": 0, "completion_level": 0,
+                      "lookup_deferred": 0}
     assert (await driver.read("COMPLETION"))["valid"] == 0
     assert await driver.errors() == dict.fromkeys(ERRORS, 0)
     assert dut.irq.value == 0
@@ -93,7 +94,8 @@ async def configuration_reads_back(dut):
     # Byte strobes and partial fields: only the named bits change.
     await driver.set_control(debug_unlock=1)
     assert await driver.read("CONTROL") == {"hdm_enable": 0, "poison_nxm_reads": 0,
-                                             "debug_unlock": 1, "irq_enable": 0}
+                                             "debug_unlock": 1, "irq_enable": 0,
+                                             "relaxed_lookup": 0}
 
 
 async def _load_tables(bench, tables):
