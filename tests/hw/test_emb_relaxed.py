@@ -62,6 +62,45 @@ def draw_batch(rng, rows, bags, base, max_bag):
     return Batch(indices, offsets, weights, base)
 
 
+@dataclass
+class TwoBatches:
+    """Two tables (6 x 16 and 5 x 32 floats), two batches of 3 bags and batch 0's gradient,
+    laid out in one memory image."""
+    rows: list
+    dims: list
+    bags: int
+    tables: list
+    table_base: list
+    batches: list
+    image: bytearray
+    gradient: np.ndarray
+    descriptors: object
+
+    @classmethod
+    def draw(cls, rng, modes):
+        from amaranth.lib import data
+        rows, dims, bags, table_base = [6, 5], [16, 32], 3, [0x1000, 0x2000]
+        tables = [rng.uniform(-4, 4, size=(r, d)).astype(np.float32)
+                  for r, d in zip(rows, dims, strict=True)]
+        batches = [draw_batch(rng, rows, bags, 0x4000 + k * 0x2000, max_bag=4)
+                   for k in range(2)]
+        image = bytearray(1 << AW)
+        for table, base in zip(tables, table_base, strict=True):
+            image[base:base + table.nbytes] = table.tobytes()
+        gradient = rng.uniform(-1, 1, size=(bags, sum(dims))).astype(np.float32)
+        for batch in batches:
+            a = batch.addresses
+            for name, array in (("indices", batch.indices), ("offsets", batch.offsets),
+                                ("weights", batch.weights)):
+                image[a[name]:a[name] + array.nbytes] = array.tobytes()
+        a0 = batches[0].addresses
+        image[a0["gradient"]:a0["gradient"] + gradient.nbytes] = gradient.tobytes()
+        descriptors = data.ArrayLayout(table_layout(AW), MAX_TABLES).const(
+            [{"base": base, "rows": r, "dim": d, "mode": mode}
+             for base, r, d, mode in zip(table_base, rows, dims, modes, strict=True)])
+        return cls(rows, dims, bags, tables, table_base, batches, image, gradient, descriptors)
+
+
 class _IdMemory(AxiMemoryModel):
     """The in-order model, answering each read with its own ID (the lookup engine's reads
     carry several)."""
@@ -158,29 +197,13 @@ def read_floats(image, address, count):
 @pytest.mark.parametrize("modes", [(PoolingMode.SUM, PoolingMode.MEAN),
                                    (PoolingMode.WEIGHTED, PoolingMode.MEAN)])
 def test_deferred_lookup_is_corrected_by_the_update(modes):
-    from amaranth.lib import data
     rng = np.random.default_rng(7 + modes[0].value)
-    rows, dims, bags = [6, 5], [16, 32], 3
-    tables = [rng.uniform(-4, 4, size=(r, d)).astype(np.float32) for r, d in zip(rows, dims,
-                                                                                 strict=True)]
-    table_base = [0x1000, 0x2000]
-    batches = [draw_batch(rng, rows, bags, 0x4000 + k * 0x2000, max_bag=4) for k in range(2)]
-    image = bytearray(1 << AW)
-    for table, base in zip(tables, table_base, strict=True):
-        image[base:base + table.nbytes] = table.tobytes()
+    case = TwoBatches.draw(rng, modes)
+    rows, dims, bags, tables, table_base = (case.rows, case.dims, case.bags, case.tables,
+                                            case.table_base)
+    batches, image, gradient, descriptors = (case.batches, case.image, case.gradient,
+                                             case.descriptors)
     row_floats = sum(dims)
-    gradient = rng.uniform(-1, 1, size=(bags, row_floats)).astype(np.float32)
-    for batch in batches:
-        a = batch.addresses
-        for name, array in (("indices", batch.indices), ("offsets", batch.offsets),
-                            ("weights", batch.weights)):
-            image[a[name]:a[name] + array.nbytes] = array.tobytes()
-    a0 = batches[0].addresses
-    image[a0["gradient"]:a0["gradient"] + gradient.nbytes] = gradient.tobytes()
-
-    descriptors = data.ArrayLayout(table_layout(AW), MAX_TABLES).const(
-        [{"base": base, "rows": r, "dim": d, "mode": mode}
-         for base, r, d, mode in zip(table_base, rows, dims, modes, strict=True)])
     engine = EmbeddingEngine(**PARAMS, max_unique_rows=16)
     steps = [
         (command(Opcode.LOOKUP, 0, batches[0], bags, 2, "output"), 1),  # nothing owed: strict
@@ -224,28 +247,14 @@ def test_chunked_update_corrects_chunk_by_chunk(mode):
     """Batch N has more distinct rows than the CAM holds: UPDATE(N) corrects the deferred
     LOOKUP(N+1) after each chunk it writes (``sw_model.relaxed``, chunked), and scales MEAN
     bags after the last."""
-    from amaranth.lib import data
     rng = np.random.default_rng(21 + mode.value)
-    rows, dims, bags, capacity = [6, 5], [16, 32], 3, 4
-    tables = [rng.uniform(-4, 4, size=(r, d)).astype(np.float32)
-              for r, d in zip(rows, dims, strict=True)]
-    table_base = [0x1000, 0x2000]
-    batches = [draw_batch(rng, rows, bags, 0x4000 + k * 0x2000, max_bag=4) for k in range(2)]
-    image = bytearray(1 << AW)
-    for table, base in zip(tables, table_base, strict=True):
-        image[base:base + table.nbytes] = table.tobytes()
+    capacity = 4
+    case = TwoBatches.draw(rng, (mode, mode))
+    rows, dims, bags, tables, table_base = (case.rows, case.dims, case.bags, case.tables,
+                                            case.table_base)
+    batches, image, gradient, descriptors = (case.batches, case.image, case.gradient,
+                                             case.descriptors)
     row_floats = sum(dims)
-    gradient = rng.uniform(-1, 1, size=(bags, row_floats)).astype(np.float32)
-    for batch in batches:
-        a = batch.addresses
-        for name, array in (("indices", batch.indices), ("offsets", batch.offsets),
-                            ("weights", batch.weights)):
-            image[a[name]:a[name] + array.nbytes] = array.tobytes()
-    a0 = batches[0].addresses
-    image[a0["gradient"]:a0["gradient"] + gradient.nbytes] = gradient.tobytes()
-    descriptors = data.ArrayLayout(table_layout(AW), MAX_TABLES).const(
-        [{"base": base, "rows": r, "dim": d, "mode": mode}
-         for base, r, d in zip(table_base, rows, dims, strict=True)])
     steps = [(command(Opcode.LOOKUP, 0, batches[0], bags, 2, "output"), 1),
              (command(Opcode.LOOKUP, 1, batches[1], bags, 2, "output"), 1),
              (command(Opcode.UPDATE, 0, batches[0], bags, 2, "gradient"), 1)]
