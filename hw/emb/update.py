@@ -338,44 +338,43 @@ class UpdateEngine(wiring.Component):
             datapath.lr.eq(self.lr),
         ]
 
-        # Word streams: offsets, indices, weights.
-        for name, reader in readers.items():
-            wiring.connect(m, reader.request, getattr(router, f"{name}_request"))
-            wiring.connect(m, getattr(router, f"{name}_response"), reader.lines)
-            wiring.connect(m, reader.o, getattr(walker, name))
-        m.d.comb += [
-            readers["offsets"].base.eq(command.offsets >> 6),
-            readers["offsets"].words.eq(command.tables * command.bags + 1),
-            readers["indices"].base.eq(command.indices >> 6),
-            readers["indices"].words.eq(command.num_indices),
-            readers["weights"].base.eq(command.weights >> 6),
-            readers["weights"].words.eq(command.num_indices),
-            walker.bags.eq(command.bags),
-            walker.tables.eq(command.tables),
-            walker.num_indices.eq(command.num_indices),
-            walker.gradient.eq(command.output >> 6),
-            walker.row_lines.eq(checker.row_lines),
-            walker.use_weights.eq(checker.use_weights),
-        ]
+        def walk_of(readers, walker, command, row_lines, use_weights, prefix=""):
+            """Word streams (offsets, indices, weights) of ``command`` into ``walker``, through
+            the router's ``{prefix}{name}`` sources; returns ``start(mode)``."""
+            for name, reader in readers.items():
+                wiring.connect(m, reader.request, getattr(router, f"{prefix}{name}_request"))
+                wiring.connect(m, getattr(router, f"{prefix}{name}_response"), reader.lines)
+                wiring.connect(m, reader.o, getattr(walker, name))
+            m.d.comb += [
+                readers["offsets"].base.eq(command.offsets >> 6),
+                readers["offsets"].words.eq(command.tables * command.bags + 1),
+                readers["indices"].base.eq(command.indices >> 6),
+                readers["indices"].words.eq(command.num_indices),
+                readers["weights"].base.eq(command.weights >> 6),
+                readers["weights"].words.eq(command.num_indices),
+                walker.bags.eq(command.bags),
+                walker.tables.eq(command.tables),
+                walker.num_indices.eq(command.num_indices),
+                walker.gradient.eq(command.output >> 6),
+                walker.row_lines.eq(row_lines),
+                walker.use_weights.eq(use_weights),
+            ]
 
+            def start(mode):
+                m.d.comb += [
+                    readers["offsets"].start.eq(1),
+                    readers["indices"].start.eq(mode != WalkMode.OFFSETS),
+                    readers["weights"].start.eq((mode == WalkMode.UPDATE) & use_weights),
+                    walker.start.eq(1),
+                    walker.mode.eq(mode),
+                ]
+            return start
+
+        start_walk = walk_of(readers, walker, command, checker.row_lines, checker.use_weights)
         # The deferred lookup's walk (validation, then the correction).
-        for name, reader in deferred_readers.items():
-            wiring.connect(m, reader.request, getattr(router, f"deferred_{name}_request"))
-            wiring.connect(m, getattr(router, f"deferred_{name}_response"), reader.lines)
-            wiring.connect(m, reader.o, getattr(deferred_walker, name))
+        start_deferred_walk = walk_of(deferred_readers, deferred_walker, deferred,
+                                      deferred_row_lines, deferred_use_weights, "deferred_")
         m.d.comb += [
-            deferred_readers["offsets"].base.eq(deferred.offsets >> 6),
-            deferred_readers["offsets"].words.eq(deferred.tables * deferred.bags + 1),
-            deferred_readers["indices"].base.eq(deferred.indices >> 6),
-            deferred_readers["indices"].words.eq(deferred.num_indices),
-            deferred_readers["weights"].base.eq(deferred.weights >> 6),
-            deferred_readers["weights"].words.eq(deferred.num_indices),
-            deferred_walker.bags.eq(deferred.bags),
-            deferred_walker.tables.eq(deferred.tables),
-            deferred_walker.num_indices.eq(deferred.num_indices),
-            deferred_walker.gradient.eq(deferred.output >> 6),
-            deferred_walker.row_lines.eq(deferred_row_lines),
-            deferred_walker.use_weights.eq(deferred_use_weights),
             corrector.walk_done.eq(deferred_walker.status.done),
             unique.probe.eq(corrector.probe),
             unique.probe_key.eq(corrector.probe_key),
@@ -461,25 +460,6 @@ class UpdateEngine(wiring.Component):
             m.d.sync += [error.eq(status.error), error_table.eq(status.table)]
             if hasattr(status, "bag"):
                 m.d.sync += [error_bag.eq(status.bag), error_position.eq(status.position)]
-
-        def start_walk(mode):
-            m.d.comb += [
-                readers["offsets"].start.eq(1),
-                readers["indices"].start.eq(mode != WalkMode.OFFSETS),
-                readers["weights"].start.eq((mode == WalkMode.UPDATE) & checker.use_weights),
-                walker.start.eq(1),
-                walker.mode.eq(mode),
-            ]
-
-        def start_deferred_walk(mode):
-            m.d.comb += [
-                deferred_readers["offsets"].start.eq(1),
-                deferred_readers["indices"].start.eq(mode != WalkMode.OFFSETS),
-                deferred_readers["weights"].start.eq((mode == WalkMode.UPDATE) &
-                                                     deferred_use_weights),
-                deferred_walker.start.eq(1),
-                deferred_walker.mode.eq(mode),
-            ]
 
         walk_failed = walker.status.done & (walker.status.error != ErrorCode.NONE)
         deferred_walk_failed = (deferred_walker.status.done &

@@ -18,14 +18,15 @@ __all__ = ["EngineRun", "run_engine"]
 class AxiMemoryModel:
     """In-order AXI memory with random ready and response delays (single-beat bursts).
 
-    A write lands when both its AW and W beats arrived and is acknowledged later on B."""
+    A write lands when both its AW and W beats arrived and is acknowledged later on B. Each
+    read is answered with its own ID (the lookup engine's reads carry several)."""
 
     def __init__(self, axi, seed: int, busy: float):
         self.axi = axi
         self.image = bytearray()
         self.draw = random.Random(seed)
         self.busy = busy
-        self.reads = []       # addresses accepted, awaiting R
+        self.reads = []       # (address, ID) accepted, awaiting R
         self.addresses = []   # AW accepted
         self.data = []        # W accepted
         self.completions = 0  # B owed
@@ -41,18 +42,19 @@ class AxiMemoryModel:
             ctx.set(axi.wready, int(self._go()))
             read_out = bool(self.reads) and self._go()
             if read_out:
-                address = self.reads[0]
+                address, ident = self.reads[0]
                 ctx.set(axi.rdata, int.from_bytes(self.image[address:address + 64], "little"))
+                ctx.set(axi.rid, ident)
                 ctx.set(axi.rlast, 1)
             ctx.set(axi.rvalid, int(read_out))
             write_out = self.completions > 0 and self._go()
             ctx.set(axi.bvalid, int(write_out))
-            (_, _, ar_valid, ar_ready, ar_addr, aw_valid, aw_ready, aw_addr, w_valid, w_ready,
-             w_data, r_ready, b_ready) = await ctx.tick().sample(
-                axi.arvalid, axi.arready, axi.araddr, axi.awvalid, axi.awready, axi.awaddr,
-                axi.wvalid, axi.wready, axi.wdata, axi.rready, axi.bready)
+            (_, _, ar_valid, ar_ready, ar_addr, ar_id, aw_valid, aw_ready, aw_addr, w_valid,
+             w_ready, w_data, r_ready, b_ready) = await ctx.tick().sample(
+                axi.arvalid, axi.arready, axi.araddr, axi.arid, axi.awvalid, axi.awready,
+                axi.awaddr, axi.wvalid, axi.wready, axi.wdata, axi.rready, axi.bready)
             if ar_valid and ar_ready:
-                self.reads.append(ar_addr)
+                self.reads.append((ar_addr, ar_id))
             if read_out and r_ready:
                 self.reads.pop(0)
             if aw_valid and aw_ready:

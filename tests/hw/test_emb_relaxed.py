@@ -101,51 +101,9 @@ class TwoBatches:
         return cls(rows, dims, bags, tables, table_base, batches, image, gradient, descriptors)
 
 
-class _IdMemory(AxiMemoryModel):
-    """The in-order model, answering each read with its own ID (the lookup engine's reads
-    carry several)."""
-
-    async def serve(self, ctx):
-        axi = self.axi
-        ids = []
-        while True:
-            ctx.set(axi.arready, int(self._go()))
-            ctx.set(axi.awready, int(self._go()))
-            ctx.set(axi.wready, int(self._go()))
-            read_out = bool(self.reads) and self._go()
-            if read_out:
-                address = self.reads[0]
-                ctx.set(axi.rdata, int.from_bytes(self.image[address:address + 64], "little"))
-                ctx.set(axi.rid, ids[0])
-                ctx.set(axi.rlast, 1)
-            ctx.set(axi.rvalid, int(read_out))
-            write_out = self.completions > 0 and self._go()
-            ctx.set(axi.bvalid, int(write_out))
-            (_, _, ar_valid, ar_ready, ar_addr, ar_id, aw_valid, aw_ready, aw_addr, w_valid,
-             w_ready, w_data, r_ready, b_ready) = await ctx.tick().sample(
-                axi.arvalid, axi.arready, axi.araddr, axi.arid, axi.awvalid, axi.awready,
-                axi.awaddr, axi.wvalid, axi.wready, axi.wdata, axi.rready, axi.bready)
-            if ar_valid and ar_ready:
-                self.reads.append(ar_addr)
-                ids.append(ar_id)
-            if read_out and r_ready:
-                self.reads.pop(0)
-                ids.pop(0)
-            if aw_valid and aw_ready:
-                self.addresses.append(aw_addr)
-            if w_valid and w_ready:
-                self.data.append(w_data)
-            while self.addresses and self.data:
-                address, value = self.addresses.pop(0), self.data.pop(0)
-                self.image[address:address + 64] = value.to_bytes(64, "little")
-                self.completions += 1
-            if write_out and b_ready:
-                self.completions -= 1
-
-
 def run(engine, image, steps, *, descriptors, deadline=100_000):
     """Run ``(command, relaxed)`` steps in order on one memory image; return the statuses."""
-    memory = _IdMemory(engine.axi, seed=5, busy=0.25)
+    memory = AxiMemoryModel(engine.axi, seed=5, busy=0.25)
     memory.image = image
     statuses = []
 
