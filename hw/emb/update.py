@@ -31,7 +31,8 @@ and indices validated too, before any row is written. After each chunk's apply (
 ``new - old`` per line in the gradient buffer) the CAM keeps the chunk's rows while
 :class:`~.update_correct.CorrectionSequencer` walks batch N+1 and adds the deltas of the rows
 both touch to its pooled output, chunk by chunk as ``sw_model.relaxed`` defines it; after the
-last chunk it also scales the MEAN bags.
+last chunk it also scales the MEAN bags. Between chunks the first ``correction_bags`` bags it
+corrected stay on chip, so each is read from and written to memory once per UPDATE.
 
 Bus errors (``rresp``/``bresp`` not OKAY) stop all new reads, drop the row writes not yet
 offered and end the command with ``BUS_ERROR`` after the bus is quiet; rows already written
@@ -109,6 +110,10 @@ class UpdateEngine(wiring.Component):
         Register stages of the FP multiplier and adder (``None``: their defaults).
     outstanding_reads : int
         Gradient and row lines in flight each (their response FIFO depth), 4..256.
+    correction_bags : int
+        Bags of a deferred lookup kept on chip between the correction passes of a chunked
+        UPDATE, 0..4096 (``max_dim / 16`` lines each); bags beyond go through memory after
+        every chunk.
 
     Members
     -------
@@ -143,7 +148,7 @@ class UpdateEngine(wiring.Component):
 
     def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
                  max_unique_rows=64, mul_stages=None, add_stages=None, outstanding_reads=16,
-                 shared_lanes=False):
+                 shared_lanes=False, correction_bags=64):
         _check_int(max_tables, 1, 255, "Table count limit must be an integer in 1..255")
         if (not isinstance(max_dim, int) or isinstance(max_dim, bool)
                 or not 16 <= max_dim <= 65520 or max_dim % 16):
@@ -158,6 +163,9 @@ class UpdateEngine(wiring.Component):
         self._add_stages = _check_stages(add_stages, FPAdd, "Adder")
         _check_int(outstanding_reads, 4, 256,
                    "Outstanding reads must be an integer in 4..256")
+        _check_int(correction_bags, 0, 4096,
+                   "Correction bag count must be an integer in 0..4096")
+        self._correction_bags = correction_bags
         self._max_tables = max_tables
         self._max_dim = max_dim
         self._num_regions = num_regions
@@ -220,6 +228,11 @@ class UpdateEngine(wiring.Component):
     def max_unique_rows(self):
         """On-chip capacity M: distinct rows per chunk (``sparse_sgd_update``'s argument)."""
         return self._max_unique_rows
+
+    @property
+    def correction_bags(self):
+        """Bags of a deferred lookup the correction keeps on chip between chunks."""
+        return self._correction_bags
 
     @property
     def lines_per_row(self):
@@ -306,7 +319,8 @@ class UpdateEngine(wiring.Component):
         datapath = per_command("datapath", UpdateDatapath(
             capacity=capacity, lines_per_slot=self.lines_per_row,
             line_address_width=line_address_width, mul_stages=self._mul_stages,
-            add_stages=self._add_stages, shared_lanes=self._shared_lanes))
+            add_stages=self._add_stages, shared_lanes=self._shared_lanes,
+            cached_bags=self._correction_bags))
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), datapath.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)
@@ -314,7 +328,8 @@ class UpdateEngine(wiring.Component):
             line_address_width=line_address_width, max_outstanding=_MAX_OUTSTANDING_WRITES))
         corrector = per_command("corrector", CorrectionSequencer(
             max_tables=self._max_tables, addr_width=aw, table_width=walker.table_width,
-            line_width=walker.line_width, slot_width=Shape.cast(range(capacity)).width))
+            line_width=walker.line_width, slot_width=Shape.cast(range(capacity)).width,
+            cached_bags=self._correction_bags, bag_width=datapath.bag_width))
 
         # The command, latched when accepted, and the deferred lookup it corrects.
         command = Signal(command_layout(aw))
@@ -596,11 +611,11 @@ class UpdateEngine(wiring.Component):
                         m.next = "Accumulate"
 
             with m.State("Correct-Start"):
-                # A bag stored by the previous chunk's correction is loaded again by this one:
-                # every write completes first.
+                # A bag the previous chunk's correction stored to memory is loaded again by
+                # this one: every write completes first.
                 with m.If(bus_error):
                     m.next = "Drain"
-                with m.Elif(writes_settled):
+                with m.Elif(writes_settled | ~corrector.spilled):
                     start_deferred_walk(WalkMode.UPDATE)
                     m.d.comb += corrector.start.eq(1)
                     m.next = "Correct"

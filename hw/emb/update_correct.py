@@ -14,9 +14,16 @@ which row; this sequencer runs once per chunk. It walks batch N+1's occurrences 
 * scales MEAN bags by ``float32(1) / float32(L)`` (step 4) and stores the lines back.
 
 Bags that need neither keep the bits the lookup wrote; so do empty bags (+0.0).
+
+Between passes a corrected bag waits in the datapath's bag store rather than in memory: the
+first ``cached_bags`` bags of the walk (counted in walk order, the same in every pass) are
+stored there by every pass but the last, which loads them back and writes them to memory,
+whether it corrects them or not. So a bag is read from memory once and written once per
+UPDATE, and a pass need not wait for the previous one's writes. Bags beyond the store go
+through memory every pass (``spilled`` says one did).
 """
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -51,10 +58,17 @@ class CorrectionSequencer(wiring.Component):
     ops : ``Out(stream.Signature(correction_op_layout(...)))``
     done : ``Out(1)``
         Every op has been handed over (held until the next ``start``).
+    spilled : ``Out(1)``
+        This pass (not the last) stored a bag to memory: the next pass loads it from there,
+        so it waits for the writes to complete. Cleared by ``start``.
+
+    The bag store's contents are per UPDATE: reset the sequencer with each command.
     """
 
-    def __init__(self, *, max_tables, addr_width, table_width, line_width, slot_width):
+    def __init__(self, *, max_tables, addr_width, table_width, line_width, slot_width,
+                 cached_bags=0, bag_width=1):
         self._max_tables = max_tables
+        self._cached_bags = cached_bags
         law = addr_width - 6
         self._line_address_width = law
         super().__init__({
@@ -70,8 +84,10 @@ class CorrectionSequencer(wiring.Component):
             "probe_slot": In(unsigned(slot_width)),
             "bag_request": Out(stream.Signature(law)),
             "ops": Out(stream.Signature(correction_op_layout(
-                slot_width=slot_width, line_width=line_width, line_address_width=law))),
+                slot_width=slot_width, line_width=line_width, line_address_width=law,
+                bag_width=bag_width))),
             "done": Out(1),
+            "spilled": Out(1),
         })
 
     def elaborate(self, platform):
@@ -91,6 +107,32 @@ class CorrectionSequencer(wiring.Component):
         held_reciprocal = Signal(32)
         requested = Signal.like(occurrence.lines)
 
+        # The bag's number in walk order (``cached_bags``: past the store), and whether the
+        # store holds it from an earlier pass.
+        ordinal = Signal(range(self._cached_bags + 1))
+        walked = Signal()   # an occurrence of this pass was taken
+        walked_line = Signal.like(occurrence.gradient)
+        new_bag = ~walked | (occurrence.gradient != walked_line)
+        this_ordinal = Signal.like(ordinal)
+        with m.If(~walked):
+            m.d.comb += this_ordinal.eq(0)
+        with m.Elif(new_bag & (ordinal != self._cached_bags)):
+            m.d.comb += this_ordinal.eq(ordinal + 1)
+        with m.Else():
+            m.d.comb += this_ordinal.eq(ordinal)
+        with m.If(self.occurrences.valid & self.occurrences.ready):
+            m.d.sync += [walked.eq(1), walked_line.eq(occurrence.gradient),
+                         ordinal.eq(this_ordinal)]
+        if self._cached_bags:
+            cached = Signal(self._cached_bags)
+            in_store = this_ordinal != self._cached_bags
+            stored = in_store & cached.bit_select(this_ordinal, 1)
+        else:
+            in_store = stored = Const(0)
+        held_ordinal = Signal.like(ordinal)
+        held_in_store = Signal()
+        held_stored = Signal()
+
         m.d.comb += [
             self.probe.eq(self.occurrences.valid),
             self.probe_key.table.eq(occurrence.table),
@@ -99,14 +141,14 @@ class CorrectionSequencer(wiring.Component):
         hit = self.probe_hit
         mean = mode == PoolingMode.MEAN
         scaled = mean & self.final
-        needed = hit | scaled
+        needed = hit | scaled | (self.final & stored)
         same_bag = held & (held_line == occurrence.gradient)
         op = self.ops.payload
 
         with m.FSM():
             with m.State("Idle"):
                 with m.If(self.start):
-                    m.d.sync += held.eq(0)
+                    m.d.sync += [held.eq(0), walked.eq(0), self.spilled.eq(0)]
                     m.next = "Run"
 
             with m.State("Run"):
@@ -136,9 +178,15 @@ class CorrectionSequencer(wiring.Component):
                             held_lines.eq(occurrence.lines),
                             held_mean.eq(scaled),
                             held_reciprocal.eq(occurrence.scale),
+                            held_ordinal.eq(this_ordinal),
+                            held_in_store.eq(in_store),
+                            held_stored.eq(stored),
                             requested.eq(0),
                         ]
-                        m.next = "Load"
+                        with m.If(stored):
+                            m.next = "Load-Op"
+                        with m.Else():
+                            m.next = "Load"
                 with m.Elif(self.walk_done):
                     with m.If(held):
                         m.next = "Scale"
@@ -157,6 +205,8 @@ class CorrectionSequencer(wiring.Component):
                 m.d.comb += [
                     self.ops.valid.eq(1),
                     op.kind.eq(CorrectionKind.LOAD),
+                    op.cached.eq(held_stored),
+                    op.bag.eq(held_ordinal),
                     op.lines.eq(held_lines),
                 ]
                 with m.If(self.ops.ready):
@@ -177,19 +227,28 @@ class CorrectionSequencer(wiring.Component):
                     m.next = "Store"
 
             with m.State("Store"):
+                # To the store between passes; to memory after the last, or past the store.
+                keep = held_in_store & ~self.final
                 m.d.comb += [
                     self.ops.valid.eq(1),
                     op.kind.eq(CorrectionKind.STORE),
+                    op.cached.eq(keep),
+                    op.bag.eq(held_ordinal),
                     op.lines.eq(held_lines),
                     op.address.eq(held_line),
                 ]
                 with m.If(self.ops.ready):
                     m.d.sync += held.eq(0)
+                    with m.If(~keep & ~self.final):
+                        m.d.sync += self.spilled.eq(1)
+                    if self._cached_bags:
+                        with m.If(keep):
+                            m.d.sync += cached.bit_select(held_ordinal, 1).eq(1)
                     m.next = "Run"
 
             with m.State("Done"):
                 m.d.comb += self.done.eq(1)
                 with m.If(self.start):
-                    m.d.sync += held.eq(0)
+                    m.d.sync += [held.eq(0), walked.eq(0), self.spilled.eq(0)]
                     m.next = "Run"
         return m

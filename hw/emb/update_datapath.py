@@ -10,7 +10,9 @@ and one adder serve both, one job at a time (the engine never overlaps them):
   (``sw_model.relaxed``, step 1: what the row changed by);
 * correct (a relaxed lookup's bag, held in ``lines_per_slot`` accumulator registers):
   ``bag[line] = bag[line] + delta[slot, line] * factor``; ``bag[line] = bag[line] * (1/L)``
-  for MEAN (as ``product + (-0.0)``, exact); load and store a bag.
+  for MEAN (as ``product + (-0.0)``, exact); load and store a bag, from and to memory or
+  the bag store (``cached_bags`` bags kept on chip between the correction passes of one
+  UPDATE, so a bag corrected after every chunk goes through memory once).
 
 The gradient buffer holds ``capacity`` slots of ``max_dim / 16`` lines. An accumulation reads
 its slot's line when the product leaves the multiplier and writes the sum when it leaves the
@@ -38,10 +40,12 @@ _NEGATIVE_ZERO_LINE = Const(int("80000000" * _LANES, 16), 32 * _LANES)
 
 class CorrectionKind(enum.Enum, shape=2):
     """What one correction op does to the bag registers, over the op's ``lines``."""
-    LOAD = 0     # take the lines from ``bag_lines`` (after every earlier op has finished)
+    # LOAD and STORE run after every earlier op has finished; with ``cached`` they read and
+    # write the bag store's entry ``bag`` instead of memory.
+    LOAD = 0     # take the lines from ``bag_lines`` (or the bag store)
     CORRECT = 1  # bag[l] = bag[l] + delta[slot, l] * factor
     SCALE = 2    # bag[l] = bag[l] * factor (after every CORRECT has finished)
-    STORE = 3    # write bag[l] to line ``address + l`` (after every earlier op has finished)
+    STORE = 3    # write bag[l] to line ``address + l`` (or to the bag store)
 
 
 class _Job(enum.Enum, shape=3):
@@ -53,9 +57,11 @@ class _Job(enum.Enum, shape=3):
     SCALE = 4
 
 
-def correction_op_layout(*, slot_width, line_width, line_address_width):
+def correction_op_layout(*, slot_width, line_width, line_address_width, bag_width):
     return data.StructLayout({
         "kind": CorrectionKind,
+        "cached": 1,
+        "bag": unsigned(bag_width),
         "slot": unsigned(slot_width),
         "lines": unsigned(line_width),
         "factor": 32,
@@ -84,6 +90,9 @@ class UpdateDatapath(wiring.Component):
         The multiplier and adder are built elsewhere and reached through ``mul_lanes`` and
         ``add_lanes`` (with ``mul_stages`` and ``add_stages`` and the tag widths
         :meth:`tag_layouts` gives); default False (built here).
+    cached_bags : int
+        Entries of the bag store (``lines_per_slot`` lines each) for LOAD and STORE ops with
+        ``cached``; 0 (the default): none, every bag goes through memory.
 
     Members
     -------
@@ -115,8 +124,9 @@ class UpdateDatapath(wiring.Component):
     """
 
     def __init__(self, *, capacity, lines_per_slot, line_address_width, mul_stages=None,
-                 add_stages=None, write_depth=None, shared_lanes=False):
+                 add_stages=None, write_depth=None, shared_lanes=False, cached_bags=0):
         self._capacity = capacity
+        self._cached_bags = cached_bags
         self._lines_per_slot = lines_per_slot
         self._line_address_width = line_address_width
         self._mul_stages = check_stages(mul_stages, default=FPMul.DEFAULT_STAGES,
@@ -160,7 +170,7 @@ class UpdateDatapath(wiring.Component):
             "keep_deltas": In(1),
             "correction": In(stream.Signature(correction_op_layout(
                 slot_width=self._slot_width, line_width=self._line_width,
-                line_address_width=line_address_width))),
+                line_address_width=line_address_width, bag_width=self.bag_width))),
             "bag_lines": In(stream.Signature(LINE_BITS)),
             "correction_idle": Out(1),
         })
@@ -184,6 +194,15 @@ class UpdateDatapath(wiring.Component):
     @property
     def buffer_lines(self):
         return self._capacity * self._lines_per_slot
+
+    @property
+    def cached_bags(self):
+        return self._cached_bags
+
+    @property
+    def bag_width(self):
+        """Width of an op's ``bag`` (a bag store entry)."""
+        return Shape.cast(range(max(1, self._cached_bags))).width
 
     @property
     def mul_latency(self):
@@ -235,6 +254,13 @@ class UpdateDatapath(wiring.Component):
         ]
         # A relaxed lookup's bag being corrected (registers: at most max_dim / 16 lines).
         bag = Array(Signal(LINE_BITS, name=f"bag_{line}") for line in range(lps))
+        # The bag store: a read answers the cycle after, into ``bag`` (``store_loading``).
+        store_loading = Signal(data.StructLayout({"valid": 1, "line": self._line_width}))
+        if self._cached_bags:
+            bag_store = m.submodules.bag_store = Memory(
+                shape=LINE_BITS, depth=self._cached_bags * lps, init=[])
+            store_write = bag_store.write_port()
+            store_read = bag_store.read_port()
 
         accumulating = Signal(range(self.accumulate_latency + 2))
         applying = Signal(range(self._write_depth + 1))
@@ -248,7 +274,7 @@ class UpdateDatapath(wiring.Component):
             self.apply_idle.eq((applying == 0) & (subtracting == 0) & ~feedback_valid),
             self.writes_queued.eq(writes.level != 0),
             self.correction_idle.eq((correcting == 0) & ~correction_staged &
-                                    ~self.correction.valid),
+                                    ~store_loading.valid & ~self.correction.valid),
         ]
 
         # Accumulate: one gradient line per cycle, unless the line is still being summed.
@@ -313,18 +339,19 @@ class UpdateDatapath(wiring.Component):
         scale_go = Signal()
         load_go = Signal()
         store_go = Signal()
-        quiet = (correcting == 0) & ~correction_staged
+        quiet = (correcting == 0) & ~correction_staged & ~store_loading.valid
+        from_store = op.cached if self._cached_bags else Const(0)
         with m.If(self.correction.valid):
             with m.Switch(op.kind):
                 with m.Case(CorrectionKind.LOAD):
-                    m.d.comb += load_go.eq(quiet & self.bag_lines.valid)
+                    m.d.comb += load_go.eq(quiet & (from_store | self.bag_lines.valid))
                 with m.Case(CorrectionKind.CORRECT):
                     m.d.comb += correct_go.eq(~bag_line_busy)
                 with m.Case(CorrectionKind.SCALE):
                     # (Every op in flight, staged ones included, is a SCALE: no CORRECT left.)
                     m.d.comb += scale_go.eq(correcting == scaling)
                 with m.Case(CorrectionKind.STORE):
-                    m.d.comb += store_go.eq(quiet & writes.w_rdy)
+                    m.d.comb += store_go.eq(quiet & (from_store | writes.w_rdy))
         op_go = load_go | correct_go | scale_go | store_go
         with m.If(op_go):
             with m.If(op_last):
@@ -332,9 +359,21 @@ class UpdateDatapath(wiring.Component):
                 m.d.sync += op_line.eq(0)
             with m.Else():
                 m.d.sync += op_line.eq(op_line + 1)
-        m.d.comb += self.bag_lines.ready.eq(load_go)
-        with m.If(load_go):
+        m.d.comb += self.bag_lines.ready.eq(load_go & ~from_store)
+        m.d.sync += [store_loading.valid.eq(load_go & from_store),
+                     store_loading.line.eq(op_line)]
+        with m.If(load_go & ~from_store):
             m.d.sync += bag[op_line].eq(self.bag_lines.payload)
+        if self._cached_bags:
+            store_line = op.bag * lps + op_line
+            m.d.comb += [
+                store_read.addr.eq(store_line),
+                store_write.addr.eq(store_line),
+                store_write.data.eq(bag[op_line]),
+                store_write.en.eq(store_go & from_store),
+            ]
+            with m.If(store_loading.valid):
+                m.d.sync += bag[store_loading.line].eq(store_read.data)
         for newer, older in zip([None, *bag_recent], bag_recent, strict=False):
             if newer is None:
                 m.d.sync += [older.valid.eq(correct_go), older.line.eq(op_line)]
@@ -456,7 +495,7 @@ class UpdateDatapath(wiring.Component):
             buffer_write.addr.eq(result_tag.buffer),
             buffer_write.data.eq(result),
         ]
-        with m.If(store_go):
+        with m.If(store_go & ~from_store):
             m.d.comb += [writes.w_en.eq(1),
                          writes.w_data.eq(Cat((op.address + op_line)[:self._line_address_width],
                                              bag[op_line]))]

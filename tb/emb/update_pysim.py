@@ -5,6 +5,7 @@ Verilator testbench (``tb/emb``) does the heavy randomised work.
 """
 
 import random
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +20,8 @@ class AxiMemoryModel:
     """In-order AXI memory with random ready and response delays (single-beat bursts).
 
     A write lands when both its AW and W beats arrived and is acknowledged later on B. Each
-    read is answered with its own ID (the lookup engine's reads carry several)."""
+    read is answered with its own ID (the lookup engine's reads carry several). ``writes``
+    counts the writes to each line."""
 
     def __init__(self, axi, seed: int, busy: float):
         self.axi = axi
@@ -30,6 +32,7 @@ class AxiMemoryModel:
         self.addresses = []   # AW accepted
         self.data = []        # W accepted
         self.completions = 0  # B owed
+        self.writes = Counter()  # line address -> times written
 
     def _go(self):
         return self.draw.random() >= self.busy
@@ -64,6 +67,7 @@ class AxiMemoryModel:
             while self.addresses and self.data:
                 address, value = self.addresses.pop(0), self.data.pop(0)
                 self.image[address:address + 64] = value.to_bytes(64, "little")
+                self.writes[address] += 1
                 self.completions += 1
             if write_out and b_ready:
                 self.completions -= 1

@@ -102,7 +102,8 @@ class TwoBatches:
 
 
 def run(engine, image, steps, *, descriptors, deadline=100_000):
-    """Run ``(command, relaxed)`` steps in order on one memory image; return the statuses."""
+    """Run ``(command, relaxed)`` steps in order on one memory image; return the statuses and
+    the memory model."""
     memory = AxiMemoryModel(engine.axi, seed=5, busy=0.25)
     memory.image = image
     statuses = []
@@ -132,7 +133,7 @@ def run(engine, image, steps, *, descriptors, deadline=100_000):
         if len(statuses) == len(steps):
             break
     assert len(statuses) == len(steps), f"{len(statuses)} of {len(steps)} commands finished"
-    return statuses
+    return statuses, memory
 
 
 def data_regions():
@@ -169,7 +170,7 @@ def test_deferred_lookup_is_corrected_by_the_update(modes):
         (command(Opcode.LOOKUP, 1, batches[1], bags, 2, "output"), 1),  # refused
         (command(Opcode.UPDATE, 0, batches[0], bags, 2, "gradient"), 1),
     ]
-    statuses = run(engine, image, steps, descriptors=descriptors)
+    statuses, _ = run(engine, image, steps, descriptors=descriptors)
     assert [s.error for s in statuses] == [ErrorCode.NONE, ErrorCode.NONE,
                                            ErrorCode.LOOKUP_ALREADY_DEFERRED, ErrorCode.NONE]
 
@@ -200,11 +201,13 @@ def test_deferred_lookup_is_corrected_by_the_update(modes):
         assert same_bits(got.reshape(bags, row_floats), expected).all(), f"batch {k} output"
 
 
+@pytest.mark.parametrize("correction_bags", [0, 2, 16])
 @pytest.mark.parametrize("mode", [PoolingMode.MEAN, PoolingMode.WEIGHTED])
-def test_chunked_update_corrects_chunk_by_chunk(mode):
+def test_chunked_update_corrects_chunk_by_chunk(mode, correction_bags):
     """Batch N has more distinct rows than the CAM holds: UPDATE(N) corrects the deferred
     LOOKUP(N+1) after each chunk it writes (``sw_model.relaxed``, chunked), and scales MEAN
-    bags after the last."""
+    bags after the last. Between chunks the bags wait on chip (16: all six), in memory (0),
+    or both (2: the first two on chip)."""
     rng = np.random.default_rng(21 + mode.value)
     capacity = 4
     case = TwoBatches.draw(rng, (mode, mode))
@@ -216,8 +219,9 @@ def test_chunked_update_corrects_chunk_by_chunk(mode):
     steps = [(command(Opcode.LOOKUP, 0, batches[0], bags, 2, "output"), 1),
              (command(Opcode.LOOKUP, 1, batches[1], bags, 2, "output"), 1),
              (command(Opcode.UPDATE, 0, batches[0], bags, 2, "gradient"), 1)]
-    statuses = run(EmbeddingEngine(**PARAMS, max_unique_rows=capacity), image, steps,
-                   descriptors=descriptors)
+    statuses, memory = run(EmbeddingEngine(**PARAMS, max_unique_rows=capacity,
+                                           correction_bags=correction_bags), image, steps,
+                           descriptors=descriptors)
     assert [s.error for s in statuses] == [ErrorCode.NONE] * 3
 
     name = _MODE_NAMES[mode]
@@ -239,3 +243,15 @@ def test_chunked_update_corrects_chunk_by_chunk(mode):
         assert same_bits(got, update.tables[t]).all(), f"table {t}"
     got = read_floats(image, batches[1].addresses["output"], bags * row_floats)
     assert same_bits(got.reshape(bags, row_floats), relaxed.pooled).all(), "batch 1 output"
+
+    # The bags kept on chip are written twice at most: by LOOKUP(1), then once by UPDATE(0).
+    # (Bags are numbered in walk order, table by table; all of them are non-empty here.)
+    output = batches[1].addresses["output"]
+    writes = []   # per bag in walk order: the most any of its lines was written
+    for t, dim in enumerate(dims):
+        for bag in range(bags):
+            first = output + (bag * row_floats + sum(dims[:t])) * 4
+            writes.append(max(memory.writes[first + 64 * k] for k in range(dim // 16)))
+    assert max(writes[:correction_bags], default=2) <= 2, writes
+    if correction_bags == 0:
+        assert max(writes) > 2, writes   # some bag went through memory after several chunks

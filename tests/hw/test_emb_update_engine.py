@@ -46,6 +46,8 @@ BAD_PARAMETERS = [
                                     rf"0\.\.{len(FPAdd.CUTS) - 1}, not {len(FPAdd.CUTS)}"),
     ("outstanding_reads", 3, r"Outstanding reads must be an integer in 4\.\.256, not 3"),
     ("outstanding_reads", 257, r"Outstanding reads must be an integer in 4\.\.256, not 257"),
+    ("correction_bags", -1, r"Correction bag count must be an integer in 0\.\.4096, not -1"),
+    ("correction_bags", True, r"Correction bag count must be an integer in 0\.\.4096, not True"),
 ]
 
 
