@@ -113,8 +113,8 @@ class UpdateDatapath(wiring.Component):
         lags a write by a cycle or two).
     keep_deltas : ``In(1)``
         Apply also stores ``new - old`` per line in the gradient buffer (hold it for the whole
-        command). Apply then takes one line at a time, so the subtraction finds the adder
-        free.
+        command). A line then takes the adder twice, so apply admits one only when both of
+        its adder cycles are free: at least one line every other cycle.
     correction : ``In(stream.Signature(correction_op_layout(...)))``
         Correction ops (:class:`CorrectionKind`), run in order one line per cycle.
     bag_lines : ``In(stream.Signature(512))``
@@ -305,13 +305,21 @@ class UpdateDatapath(wiring.Component):
         # and read its gradient sum. Stage B: multiply lr by the sum.
         context = self.row_context.payload
         apply_go = Signal()
-        # (keep_deltas: one line at a time, so ``new - old`` always finds the adder free.)
-        subtract_slot_taken = self.keep_deltas & ((applying != 0) | (subtracting != 0) |
-                                                  feedback_valid)
+        # With keep_deltas a line takes the adder twice: its product ``product_slot`` cycles
+        # after it is taken, its ``new - old`` at ``delta_slot``. A line is taken only if
+        # both cycles are free (``adder_booked``, bit k: the adder's input k cycles from now).
+        product_slot = 2 + self.mul_latency
+        delta_slot = product_slot + self.add_latency + 1
+        adder_booked = Signal(delta_slot + 1)
+        adder_free = ~adder_booked[product_slot] & ~adder_booked[delta_slot]
         m.d.comb += apply_go.eq(
             self.rows.valid & self.row_context.valid & (accumulating == 0) &
             ~wants_accumulate & (writes.level + applying < self._write_depth) &
-            ~subtract_slot_taken)
+            (~self.keep_deltas | adder_free))
+        m.d.sync += adder_booked.eq(
+            (adder_booked >> 1) |
+            Mux(apply_go & self.keep_deltas,
+                (1 << (product_slot - 1)) | (1 << (delta_slot - 1)), 0))
         apply_row = Signal(LINE_BITS)
         apply_address = Signal(self._line_address_width)
         apply_buffer = Signal(buffer_address)
