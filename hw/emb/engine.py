@@ -65,6 +65,8 @@ class EmbeddingEngine(wiring.Component):
         Update engine's on-chip distinct rows per chunk.
     update_outstanding_reads : int
         Update engine's gradient and row lines in flight.
+    update_write_buffer : int or None
+        Update engine's buffer of updated row lines (``write_buffer_lines``).
     correction_bags : int
         Bags of a relaxed lookup the update engine keeps on chip between the correction
         passes of a chunked UPDATE (:class:`~hw.emb.update.UpdateEngine`).
@@ -104,7 +106,7 @@ class EmbeddingEngine(wiring.Component):
                  outstanding_reads=128, index_buffer_depth=8192, offset_buffer_depth=2048,
                  output_buffer_depth=128, bag_slots=16, max_unique_rows=64,
                  update_outstanding_reads=16, add_stages=None, mul_stages=None,
-                 shared_lanes=True, correction_bags=64):
+                 shared_lanes=True, update_write_buffer=None, correction_bags=64):
         check_bool("Shared lanes", shared_lanes)
         self._lookup_params = dict(
             max_tables=max_tables, max_dim=max_dim, num_regions=num_regions,
@@ -119,7 +121,7 @@ class EmbeddingEngine(wiring.Component):
             max_unique_rows=check_int("Unique-row capacity", max_unique_rows, minimum=1),
             outstanding_reads=check_int("Update outstanding reads", update_outstanding_reads,
                                         minimum=1),
-            correction_bags=correction_bags,
+            write_buffer_lines=update_write_buffer, correction_bags=correction_bags,
             add_stages=add_stages, mul_stages=mul_stages)
         # Built now so that the update engine's own parameter checks run in this constructor.
         update_class = update_engine_class()

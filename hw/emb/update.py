@@ -110,6 +110,10 @@ class UpdateEngine(wiring.Component):
         Register stages of the FP multiplier and adder (``None``: their defaults).
     outstanding_reads : int
         Gradient and row lines in flight each (their response FIFO depth), 4..256.
+    write_buffer_lines : int or None
+        Updated row lines the engine holds for writing, so a chunk's apply (and a relaxed
+        lookup's correction after it) need not wait for a slow memory's writes; at least the
+        apply latency + 3 (``None``: that or 16, whichever is more).
     correction_bags : int
         Bags of a deferred lookup kept on chip between the correction passes of a chunked
         UPDATE, 0..4096 (``max_dim / 16`` lines each); bags beyond go through memory after
@@ -148,7 +152,7 @@ class UpdateEngine(wiring.Component):
 
     def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
                  max_unique_rows=64, mul_stages=None, add_stages=None, outstanding_reads=16,
-                 shared_lanes=False, correction_bags=64):
+                 shared_lanes=False, write_buffer_lines=None, correction_bags=64):
         _check_int(max_tables, 1, 255, "Table count limit must be an integer in 1..255")
         if (not isinstance(max_dim, int) or isinstance(max_dim, bool)
                 or not 16 <= max_dim <= 65520 or max_dim % 16):
@@ -163,6 +167,14 @@ class UpdateEngine(wiring.Component):
         self._add_stages = _check_stages(add_stages, FPAdd, "Adder")
         _check_int(outstanding_reads, 4, 256,
                    "Outstanding reads must be an integer in 4..256")
+        if write_buffer_lines is not None:
+            _check_int(write_buffer_lines, 1, 65536,
+                       "Write buffer must be None or an integer in 1..65536")
+            least = self._mul_stages + self._add_stages + 5   # apply latency + 3
+            if write_buffer_lines < least:
+                raise ValueError(f"Write buffer must be at least {least} lines (the apply "
+                                 f"latency + 3), not {write_buffer_lines}")
+        self._write_buffer_lines = write_buffer_lines
         _check_int(correction_bags, 0, 4096,
                    "Correction bag count must be an integer in 0..4096")
         self._correction_bags = correction_bags
@@ -320,7 +332,7 @@ class UpdateEngine(wiring.Component):
             capacity=capacity, lines_per_slot=self.lines_per_row,
             line_address_width=line_address_width, mul_stages=self._mul_stages,
             add_stages=self._add_stages, shared_lanes=self._shared_lanes,
-            cached_bags=self._correction_bags))
+            write_depth=self._write_buffer_lines, cached_bags=self._correction_bags))
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), datapath.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)

@@ -6,12 +6,13 @@ from sim.rtl import Design
 __all__ = ["ENGINE", "PAPER_SYSTEM", "SYSTEM"]
 
 #: EmbeddingEngine parameters: the tiny preset's 4 tables, rows up to 2 lines (dim 32), 32 row
-#: reads in flight, a small update capacity so UPDATE chunks (and re-reads rows) often.
+#: reads in flight, a small update capacity so UPDATE chunks (and re-reads rows) often, and a
+#: write buffer that holds a whole chunk's row lines.
 ENGINE = {
     "max_tables": 4, "max_dim": 32, "num_regions": 2, "addr_width": 32, "id_width": 6,
     "outstanding_reads": 32, "index_buffer_depth": 256, "offset_buffer_depth": 64,
     "output_buffer_depth": 16, "bag_slots": 8, "max_unique_rows": 16,
-    "update_outstanding_reads": 8,
+    "update_outstanding_reads": 8, "update_write_buffer": 32,
 }
 
 # A 16-entry log buffer: a tiny batch logs 40-60 lines, so ON_LOOKUP's tap holds the lookup up
@@ -27,7 +28,9 @@ SYSTEM = Design("ckpt_system", "tb.ckpt.harness:CheckpointSystem", {
 #: sized so a scaled batch is read once, 256 unique rows per UPDATE chunk (the update engine's
 #: key match is a reduce chain: 1024 exceeds Python's recursion limit in elaboration), 64
 #: gradient and 64 row reads in flight in UPDATE (the `pmem` read bandwidth x latency is
-#: 0.6 x 60 = 36 lines; with 16 UPDATE was latency-bound), and the host-gather baseline's
+#: 0.6 x 60 = 36 lines; with 16 UPDATE was latency-bound), a write buffer of one chunk's row
+#: lines (256 x 4), so a chunk's apply hands its writes over at once and the relaxed lookup's
+#: correction runs while PMEM's slow write port drains them, and the host-gather baseline's
 #: CXL.mem link (:class:`sim.host_link.HostLink`). The duplicate filter has the tap's largest
 #: size, 4,096 lines: an rm2_sim batch touches 8,700 table lines, and with 1,024 a fifth of its
 #: log entries were lines already logged (each costs a PMEM write).
@@ -35,7 +38,7 @@ PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
     "max_tables": 32, "max_dim": 64, "num_regions": 2, "addr_width": 32, "id_width": 7,
     "outstanding_reads": 64, "index_buffer_depth": 8192, "offset_buffer_depth": 256,
     "output_buffer_depth": 32, "bag_slots": 8, "max_unique_rows": 256,
-    "update_outstanding_reads": 64,
+    "update_outstanding_reads": 64, "update_write_buffer": 1024,
     "memory_lines": 1 << 19, "pending_beats": 64, "log_buffer_depth": 64,
     "dedup_entries": 4096,
     "host_link": {"desc_depth": 4096, "buffer_lines": 16384},

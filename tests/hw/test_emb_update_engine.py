@@ -46,6 +46,10 @@ BAD_PARAMETERS = [
                                     rf"0\.\.{len(FPAdd.CUTS) - 1}, not {len(FPAdd.CUTS)}"),
     ("outstanding_reads", 3, r"Outstanding reads must be an integer in 4\.\.256, not 3"),
     ("outstanding_reads", 257, r"Outstanding reads must be an integer in 4\.\.256, not 257"),
+    ("write_buffer_lines", 0, r"Write buffer must be None or an integer in 1\.\.65536, not 0"),
+    ("write_buffer_lines", 18,
+     rf"Write buffer must be at least {FPMul.DEFAULT_STAGES + FPAdd.DEFAULT_STAGES + 5} lines "
+     rf"\(the apply latency \+ 3\), not 18"),
     ("correction_bags", -1, r"Correction bag count must be an integer in 0\.\.4096, not -1"),
     ("correction_bags", True, r"Correction bag count must be an integer in 0\.\.4096, not True"),
 ]
