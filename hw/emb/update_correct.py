@@ -123,15 +123,17 @@ class CorrectionSequencer(wiring.Component):
         with m.If(self.occurrences.valid & self.occurrences.ready):
             m.d.sync += [walked.eq(1), walked_line.eq(occurrence.gradient),
                          ordinal.eq(this_ordinal)]
-        if self._cached_bags:
-            cached = Signal(self._cached_bags)
-            in_store = this_ordinal != self._cached_bags
-            stored = in_store & cached.bit_select(this_ordinal, 1)
-        else:
-            in_store = stored = Const(0)
+        cached = Signal(max(1, self._cached_bags))  # per store entry: holds its bag
+
+        def in_store(number):
+            return number != self._cached_bags
+
+        def stored(number):
+            if not self._cached_bags:
+                return Const(0)
+            return in_store(number) & cached.bit_select(number, 1)
+
         held_ordinal = Signal.like(ordinal)
-        held_in_store = Signal()
-        held_stored = Signal()
 
         m.d.comb += [
             self.probe.eq(self.occurrences.valid),
@@ -141,9 +143,15 @@ class CorrectionSequencer(wiring.Component):
         hit = self.probe_hit
         mean = mode == PoolingMode.MEAN
         scaled = mean & self.final
-        needed = hit | scaled | (self.final & stored)
+        needed = hit | scaled | (self.final & stored(this_ordinal))
         same_bag = held & (held_line == occurrence.gradient)
         op = self.ops.payload
+
+        def offer(kind, **fields):
+            """Offer an op on the held bag's lines; returns its acceptance."""
+            m.d.comb += [self.ops.valid.eq(1), op.kind.eq(kind), op.lines.eq(held_lines),
+                         *(getattr(op, name).eq(value) for name, value in fields.items())]
+            return self.ops.ready
 
         with m.FSM():
             with m.State("Idle"):
@@ -179,11 +187,9 @@ class CorrectionSequencer(wiring.Component):
                             held_mean.eq(scaled),
                             held_reciprocal.eq(occurrence.scale),
                             held_ordinal.eq(this_ordinal),
-                            held_in_store.eq(in_store),
-                            held_stored.eq(stored),
                             requested.eq(0),
                         ]
-                        with m.If(stored):
+                        with m.If(stored(this_ordinal)):
                             m.next = "Load-Op"
                         with m.Else():
                             m.next = "Load"
@@ -202,48 +208,29 @@ class CorrectionSequencer(wiring.Component):
                         m.next = "Load-Op"
 
             with m.State("Load-Op"):
-                m.d.comb += [
-                    self.ops.valid.eq(1),
-                    op.kind.eq(CorrectionKind.LOAD),
-                    op.cached.eq(held_stored),
-                    op.bag.eq(held_ordinal),
-                    op.lines.eq(held_lines),
-                ]
-                with m.If(self.ops.ready):
+                # (The store's entry cannot change between Run and here: only Store sets it.)
+                with m.If(offer(CorrectionKind.LOAD, cached=stored(held_ordinal),
+                                bag=held_ordinal)):
                     m.d.sync += held.eq(1)
                     m.next = "Run"
 
             with m.State("Scale"):
                 with m.If(held_mean):
-                    m.d.comb += [
-                        self.ops.valid.eq(1),
-                        op.kind.eq(CorrectionKind.SCALE),
-                        op.lines.eq(held_lines),
-                        op.factor.eq(held_reciprocal),
-                    ]
-                    with m.If(self.ops.ready):
+                    with m.If(offer(CorrectionKind.SCALE, factor=held_reciprocal)):
                         m.next = "Store"
                 with m.Else():
                     m.next = "Store"
 
             with m.State("Store"):
                 # To the store between passes; to memory after the last, or past the store.
-                keep = held_in_store & ~self.final
-                m.d.comb += [
-                    self.ops.valid.eq(1),
-                    op.kind.eq(CorrectionKind.STORE),
-                    op.cached.eq(keep),
-                    op.bag.eq(held_ordinal),
-                    op.lines.eq(held_lines),
-                    op.address.eq(held_line),
-                ]
-                with m.If(self.ops.ready):
+                keep = in_store(held_ordinal) & ~self.final
+                with m.If(offer(CorrectionKind.STORE, cached=keep, bag=held_ordinal,
+                                address=held_line)):
                     m.d.sync += held.eq(0)
                     with m.If(~keep & ~self.final):
                         m.d.sync += self.spilled.eq(1)
-                    if self._cached_bags:
-                        with m.If(keep):
-                            m.d.sync += cached.bit_select(held_ordinal, 1).eq(1)
+                    with m.If(keep):
+                        m.d.sync += cached.bit_select(held_ordinal, 1).eq(1)
                     m.next = "Run"
 
             with m.State("Done"):
