@@ -36,6 +36,11 @@ __all__ = ["BLOCKS", "Block", "get_block", "main", "measure_block", "prepare_blo
 
 DEFAULT_OUT = Path("build/synth/blocks")
 DEFAULT_TARGET_MHZ = 150.0
+#: nextpnr's routers (``None``: its default, router1).
+ROUTERS = (None, "router1", "router2")
+# The engines' control blocks fill 40-70% of the LUTs with 512-bit buses: router1 had not
+# finished the checkpoint engine after 30 min, router2 negotiates the congestion as a whole.
+_WIDE = "router2"
 
 
 @dataclass(frozen=True)
@@ -44,12 +49,14 @@ class Block:
 
     ``make`` returns a fresh :class:`wiring.Component` on every call (a component is elaborated
     once). ``technique`` forces a harness technique; ``None`` picks ``pins`` when the block's
-    port bits fit the package and ``shift-chain`` otherwise.
+    port bits fit the package and ``shift-chain`` otherwise. ``router`` is nextpnr's router
+    (``None``: its default, router1).
     """
     name: str
     description: str
     make: object
     technique: Technique | None = None
+    router: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -58,6 +65,9 @@ class Block:
             raise TypeError(f"Block factory must be callable, not {self.make!r}")
         if self.technique is not None and not isinstance(self.technique, Technique):
             raise TypeError(f"Technique must be a Technique or None, not {self.technique!r}")
+        if self.router not in ROUTERS:
+            raise ValueError(f"Router must be one of {', '.join(map(repr, ROUTERS))}, not "
+                             f"{self.router!r}")
 
 
 # The factories import hw.fp lazily: the registry itself must import without the RTL.
@@ -116,12 +126,12 @@ BLOCKS = {block.name: block for block in (
     Block("emb_lookup", "LOOKUP engine (gather, pooling), the emb board configuration",
           _engine("lookup")),
     Block("emb_update", "UPDATE engine (sparse SGD), the emb board configuration",
-          _engine("update")),
+          _engine("update"), router=_WIDE),
     Block("emb_engine", "embedding engine (LOOKUP + UPDATE + AXI arbiter), the emb board "
-          "configuration", _engine("embedding")),
+          "configuration", _engine("embedding"), router=_WIDE),
     Block("cxl_frontend", "CXL.mem front end with HDM decoders (defaults)", _cxl_frontend),
     Block("ckpt_engine", "checkpoint engine: tap, log writer, sequencer, recovery (defaults)",
-          _ckpt_engine),
+          _ckpt_engine, router=_WIDE),
 )}
 
 
@@ -158,7 +168,8 @@ def measure_block(block, *, out_dir=DEFAULT_OUT, clock_frequency=DEFAULT_TARGET_
     ``out_dir/<block>/summary.json``)."""
     harness, platform, facts = prepare_block(block, clock_frequency=clock_frequency)
     return run_ecp5_build(platform, harness, build_dir=Path(out_dir) / block.name,
-                          extra_summary=facts)
+                          extra_summary={**facts, "router": block.router or "router1"},
+                          router=block.router)
 
 
 def _update_combined(out_dir, summaries):
@@ -199,10 +210,10 @@ def main(argv=None):
 
     if args.no_build:
         for name in names:
-            harness, platform, facts = prepare_block(get_block(name),
-                                                     clock_frequency=clock_frequency)
+            block = get_block(name)
+            harness, platform, facts = prepare_block(block, clock_frequency=clock_frequency)
             build_dir = args.out / name
-            prepare_plan(platform, harness).extract(str(build_dir))
+            prepare_plan(platform, harness, router=block.router).extract(str(build_dir))
             print(f"{name}: {facts['technique']} harness, build files in {build_dir}")
         return 0
 
