@@ -72,6 +72,8 @@ __all__ = ["UpdateEngine"]
 
 _INCR = 1
 _STREAM_DEPTH = 4        # response FIFO lines for offsets, indices and weights
+_SHARED_SOURCES = ("indices", "weights", "offsets", "bag", "deferred_indices",
+                   "deferred_weights", "deferred_offsets")
 _MAX_OUTSTANDING_WRITES = 64
 
 
@@ -307,7 +309,10 @@ class UpdateEngine(wiring.Component):
                      ("bag", max(3, self.lines_per_row)),
                      ("deferred_indices", _STREAM_DEPTH),
                      ("deferred_weights", _STREAM_DEPTH),
-                     ("deferred_offsets", _STREAM_DEPTH)]))
+                     ("deferred_offsets", _STREAM_DEPTH)],
+            # Rows and gradients stream at up to a line per cycle; the rest (word streams, a
+            # bag's few lines) share one buffer.
+            shared=_SHARED_SOURCES))
         readers = {name: per_command(f"{name}_reader",
                                      WordReader(line_address_width=line_address_width))
                    for name in ("offsets", "indices", "weights")}

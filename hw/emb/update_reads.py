@@ -5,10 +5,17 @@ in request order, whatever the memory's latency; a context FIFO says whose line 
 is. Each source owns a response FIFO and may only have as many reads in flight as it has free
 entries there (credits), so a response always has a place to go and one slow consumer can
 never block another's responses (no deadlock between the engine's phases).
+
+Sources that take lines slowly (a word stream uses a line per 16 cycles) can instead keep
+their entries in one *shared* buffer: a single 512-bit memory with a fixed region per source
+and one read port, from which each source's output register is refilled. The credits are the
+same, but the FIFOs of the word streams, each a 512-bit memory a few lines deep, become one
+memory (on an FPGA one set of block RAMs instead of one per source). A shared source
+delivers at most one line every other cycle.
 """
 
-from amaranth.hdl import Module, Shape, Signal
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.hdl import Module, Mux, Shape, Signal
+from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["LINE_BITS", "ReadRouter", "WordReader"]
@@ -27,6 +34,9 @@ class ReadRouter(wiring.Component):
     sources : sequence of (name, depth)
         Source names in priority order (first wins) and the depth of each response FIFO,
         which is also the most reads the source can have in flight.
+    shared : sequence of str
+        Sources whose entries live in the shared buffer (module docstring); the others get a
+        FIFO each.
 
     Members
     -------
@@ -46,7 +56,7 @@ class ReadRouter(wiring.Component):
         A response this cycle carries SLVERR/DECERR (its data is delivered anyway).
     """
 
-    def __init__(self, *, line_address_width, sources):
+    def __init__(self, *, line_address_width, sources, shared=()):
         sources = tuple((str(name), depth) for name, depth in sources)
         if not sources:
             raise ValueError("At least one source is required")
@@ -54,7 +64,14 @@ class ReadRouter(wiring.Component):
             if not isinstance(depth, int) or depth < 3:
                 raise ValueError(f"Source {name!r} needs a response FIFO depth of at least 3, "
                                  f"not {depth!r}")
+        names = [name for name, _ in sources]
+        shared = tuple(shared)
+        for name in shared:
+            if name not in names:
+                raise ValueError(f"Shared source {name!r} is not one of the sources "
+                                 f"{', '.join(map(repr, names))}")
         self._sources = sources
+        self._shared = frozenset(shared)
         self._line_address_width = line_address_width
         self._total = sum(depth for _, depth in sources)
         members = {}
@@ -74,6 +91,11 @@ class ReadRouter(wiring.Component):
     def max_outstanding(self):
         return self._total
 
+    @property
+    def shared(self):
+        """The sources whose entries live in the shared buffer."""
+        return self._shared
+
     def elaborate(self, platform):
         m = Module()
         count = len(self._sources)
@@ -86,22 +108,40 @@ class ReadRouter(wiring.Component):
             m.d.sync += self.ar.valid.eq(0)
         can_issue = ar_free & context.w_rdy & ~self.stop
 
-        responses, in_flight = [], []
+        shared = [(index, name, depth) for index, (name, depth) in enumerate(self._sources)
+                  if name in self._shared]
+        buffer = None
+        if shared:
+            buffer = m.submodules.shared_lines = memory.Memory(
+                shape=LINE_BITS, depth=sum(depth for _, _, depth in shared), init=[])
+            buffer_write = buffer.write_port()
+            # A region's slot is written only while free and read only while full, so a read
+            # never meets a write to its address.
+            buffer_read = buffer.read_port(transparent_for=())
+            m.d.comb += buffer_write.data.eq(self.r.payload.data)
+
+        responses, levels, in_flight = [], [], []
         granted = Signal()  # an earlier (higher-priority) source took this cycle's slot
         for index, (name, depth) in enumerate(self._sources):
             request = getattr(self, f"{name}_request")
             response = getattr(self, f"{name}_response")
-            lines = m.submodules[f"{name}_lines"] = fifo.SyncFIFOBuffered(width=LINE_BITS,
-                                                                          depth=depth)
             flying = Signal(range(depth + 1), name=f"{name}_in_flight")
+            if name in self._shared:
+                level = Signal(range(depth + 1), name=f"{name}_stored")
+                lines = None
+            else:
+                lines = m.submodules[f"{name}_lines"] = fifo.SyncFIFOBuffered(
+                    width=LINE_BITS, depth=depth)
+                level = lines.level
+                m.d.comb += [
+                    response.valid.eq(lines.r_rdy),
+                    response.payload.eq(lines.r_data),
+                    lines.r_en.eq(response.ready),
+                ]
             responses.append(lines)
+            levels.append(level)
             in_flight.append(flying)
-            m.d.comb += [
-                response.valid.eq(lines.r_rdy),
-                response.payload.eq(lines.r_data),
-                lines.r_en.eq(response.ready),
-            ]
-            has_credit = lines.level + flying < depth
+            has_credit = level + flying < depth
             take = Signal(name=f"{name}_take")
             m.d.comb += take.eq(request.valid & has_credit & can_issue & ~granted)
             later_granted = Signal(name=f"{name}_granted")
@@ -115,25 +155,73 @@ class ReadRouter(wiring.Component):
                 ]
                 m.d.sync += [self.ar.valid.eq(1), self.ar.payload.eq(request.payload)]
 
-        # Responses come back in request order: the context FIFO's head names the owner.
+        # Responses come back in request order: the context FIFO's head names the owner. A
+        # shared source always has a free slot for a line it asked for (its credits).
         owner = context.r_data
         owner_ready = Signal()
         with m.Switch(owner):
             for index, lines in enumerate(responses):
                 with m.Case(index):
-                    m.d.comb += owner_ready.eq(lines.w_rdy)
+                    m.d.comb += owner_ready.eq(1 if lines is None else lines.w_rdy)
         m.d.comb += self.r.ready.eq(context.r_rdy & owner_ready)
         arrived = self.r.valid & self.r.ready
         m.d.comb += [
             context.r_en.eq(arrived),
             self.error.eq(arrived & (self.r.payload.resp != 0)),
         ]
+        landed = [arrived & (owner == index) for index in range(count)]
         for index, (lines, flying) in enumerate(zip(responses, in_flight, strict=True)):
-            landed = arrived & (owner == index)
             issued = context.w_en & (context.w_data == index)
-            m.d.comb += [lines.w_en.eq(landed), lines.w_data.eq(self.r.payload.data)]
-            m.d.sync += flying.eq(flying + issued - landed)
+            if lines is not None:
+                m.d.comb += [lines.w_en.eq(landed[index]),
+                             lines.w_data.eq(self.r.payload.data)]
+            m.d.sync += flying.eq(flying + issued - landed[index])
+
+        base = 0
+        read_granted = Signal()
+        for index, name, depth in shared:
+            refill = self._shared_source(m, buffer_write, buffer_read, base, depth,
+                                         landed[index], levels[index],
+                                         getattr(self, f"{name}_response"), read_granted, name)
+            read_granted_next = Signal(name=f"{name}_read_granted")
+            m.d.comb += read_granted_next.eq(read_granted | refill)
+            read_granted = read_granted_next
+            base += depth
         return m
+
+    @staticmethod
+    def _shared_source(m, write, read, base, depth, landed, stored, response, read_granted,
+                       name):
+        """One shared source: a ring of ``depth`` slots from ``base`` in the buffer, and an
+        output register refilled through the read port when no earlier source uses it (the
+        read port is always enabled: only its address says whose line it reads). Returns the
+        source's refill signal."""
+        tail = Signal(range(depth), name=f"{name}_tail")
+        head = Signal(range(depth), name=f"{name}_head")
+        loading = Signal(name=f"{name}_loading")  # the read port's data is ours this cycle
+        out_valid = Signal(name=f"{name}_valid")
+        out_data = Signal(LINE_BITS, name=f"{name}_data")
+        taken = out_valid & response.ready
+
+        def advance(pointer):
+            return Mux(pointer == depth - 1, 0, pointer + 1)
+
+        with m.If(landed):
+            m.d.comb += [write.en.eq(1), write.addr.eq(base + tail)]
+            m.d.sync += tail.eq(advance(tail))
+        # The register is free next cycle unless a line is already on its way to it.
+        refill = Signal(name=f"{name}_refill")
+        m.d.comb += refill.eq((stored != 0) & ~loading & (~out_valid | taken) & ~read_granted)
+        with m.If(refill):
+            m.d.comb += read.addr.eq(base + head)
+            m.d.sync += head.eq(advance(head))
+        m.d.sync += [stored.eq(stored + landed - refill), loading.eq(refill)]
+        with m.If(loading):
+            m.d.sync += [out_data.eq(read.data), out_valid.eq(1)]
+        with m.Elif(taken):
+            m.d.sync += out_valid.eq(0)
+        m.d.comb += [response.valid.eq(out_valid), response.payload.eq(out_data)]
+        return refill
 
 
 class WordReader(wiring.Component):

@@ -200,10 +200,11 @@ class LineMemory:
                 self.pending.pop(0)
 
 
-def test_word_readers_share_a_router_with_back_pressure():
+@pytest.mark.parametrize("shared", [(), ("b",), ("a", "b")])
+def test_word_readers_share_a_router_with_back_pressure(shared):
     m = Module()
     router = m.submodules.router = ReadRouter(line_address_width=20,
-                                              sources=[("a", 4), ("b", 3)])
+                                              sources=[("a", 4), ("b", 3)], shared=shared)
     reader_a = m.submodules.reader_a = WordReader(line_address_width=20)
     reader_b = m.submodules.reader_b = WordReader(line_address_width=20)
     for name, reader in (("a", reader_a), ("b", reader_b)):
@@ -247,6 +248,59 @@ def test_word_readers_share_a_router_with_back_pressure():
              processes=(memory.serve,), deadline=20_000)
     for name, (base, words) in jobs.items():
         assert results[name] == [(base * 16 + k) & 0xFFFF_FFFF for k in range(words)]
+
+
+@pytest.mark.parametrize("shared", [("b", "c"), ("a", "b", "c")])
+def test_router_shared_buffer_keeps_each_source_in_order(shared):
+    """Three sources take whole lines with random back-pressure; ``c`` stops taking for a
+    long while, and the others must still get every line (their credits, not ``c``'s)."""
+    sources = [("a", 4), ("b", 3), ("c", 5)]
+    router = ReadRouter(line_address_width=20, sources=sources, shared=shared)
+    memory = LineMemory(router, seed=11)
+    draw = random.Random(12)
+    count = 60
+    bases = {"a": 1000, "b": 3000, "c": 5000}
+    got = {name: [] for name, _ in sources}
+    finished = {}
+
+    def requester(name):
+        async def run(ctx):
+            request = getattr(router, f"{name}_request")
+            for k in range(count):
+                ctx.set(request.payload, bases[name] + k)
+                ctx.set(request.valid, 1)
+                await ctx.tick().until(request.ready)
+            ctx.set(request.valid, 0)
+        return run
+
+    def consumer(name):
+        async def run(ctx):
+            response = getattr(router, f"{name}_response")
+            cycle = 0
+            while len(got[name]) < count:
+                stalled = name == "c" and 50 <= cycle < 1500
+                ctx.set(response.ready, int(not stalled and draw.random() < 0.8))
+                _, _, ready, valid, line = await ctx.tick().sample(
+                    response.ready, response.valid, response.payload)
+                cycle += 1
+                if ready and valid:
+                    got[name].append(line)
+            ctx.set(response.ready, 0)
+            finished[name] = cycle
+        return run
+
+    simulate(router, *(requester(name) for name, _ in sources),
+             *(consumer(name) for name, _ in sources), processes=(memory.serve,),
+             deadline=20_000)
+    for name, _ in sources:
+        assert got[name] == [LineMemory.line(bases[name] + k) for k in range(count)], name
+    assert finished["a"] < 1500 and finished["b"] < 1500 < finished["c"], finished
+    assert router.shared == frozenset(shared)
+
+
+def test_router_rejects_unknown_shared_source():
+    with pytest.raises(ValueError, match=r"^Shared source 'z' is not one of the sources 'x'$"):
+        ReadRouter(line_address_width=16, sources=[("x", 3)], shared=["z"])
 
 
 def test_router_flags_error_responses():
