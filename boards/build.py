@@ -17,12 +17,19 @@ from pathlib import Path
 from .nextpnr_report import load_report, summarise_report
 from .toolchain import open_toolchain_env, using_open_toolchain
 
-__all__ = ["REPORT_FILE", "SUMMARY_FILE", "block_ram_script", "prepare_plan", "run_ecp5_build",
-           "source_revision", "write_summary"]
+__all__ = ["REPORT_FILE", "STAT_FILE", "SUMMARY_FILE", "block_ram_script", "prepare_plan",
+           "run_ecp5_build", "run_ecp5_synthesis", "source_revision", "synthesis_utilization",
+           "write_summary"]
 
 
 REPORT_FILE = "report.json"
+STAT_FILE = "stat.json"
 SUMMARY_FILE = "summary.json"
+
+# LUT4s, block RAMs (DP16KD) and 18x18 multipliers of the ECP5 sizes (Lattice's family data
+# sheet); an ECP5 has one flip-flop per LUT4.
+_ECP5_SIZES = {"12": (12_096, 32, 28), "25": (24_288, 56, 28), "45": (43_848, 108, 72),
+               "85": (83_640, 208, 156)}
 
 _NEXTPNR_OPTS = f"--report {REPORT_FILE} --timing-allow-fail"
 
@@ -114,6 +121,62 @@ def write_summary(path, summary):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+def synthesis_utilization(cells, device):
+    """Utilisation of ``device`` (``"LFE5U-85F"``...) from Yosys' ECP5 cell counts (``cells``:
+    {cell type: count}), counted as nextpnr counts LUT4s before packing: one per ``LUT4``,
+    two per ``CCU2C`` carry cell and six per ``TRELLIS_DPR16X4`` (four of RAM, two of write
+    port)."""
+    match = re.search(r"-(\d+)F$", device)
+    if match is None or match.group(1) not in _ECP5_SIZES:
+        raise ValueError(f"Unknown ECP5 device {device!r}")
+    luts, ebr, dsp = _ECP5_SIZES[match.group(1)]
+    lut4 = (cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0)
+            + 6 * cells.get("TRELLIS_DPR16X4", 0))
+    used = {"LUT4": lut4, "FF": cells.get("TRELLIS_FF", 0), "EBR": cells.get("DP16KD", 0),
+            "DSP": cells.get("MULT18X18D", 0)}
+    available = {"LUT4": luts, "FF": luts, "EBR": ebr, "DSP": dsp}
+    return {kind: {"used": used[kind], "available": available[kind]} for kind in used}
+
+
+def run_ecp5_synthesis(platform, top, *, build_dir, name="top", extra_summary=None,
+                       block_ram_min_width=None, undefined_collisions=False):
+    """Synthesize ``top`` for ``platform`` with Yosys alone (minutes, where place and route
+    of a large design takes an hour or more) and summarise its cell counts.
+
+    Returns the summary (also written to ``build_dir/summary.json``): ``utilization`` as
+    :func:`synthesis_utilization` counts it, ``cells`` (every cell type), ``placed: False``,
+    the device, the revision and the seconds taken, and ``extra_summary``.
+    """
+    if getattr(platform, "family", None) != "ecp5":
+        raise ValueError(f"The open-toolchain build is for ECP5 platforms, not {platform!r}")
+    build_dir = Path(build_dir)
+    plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width,
+                        undefined_collisions=undefined_collisions,
+                        script_after_synth=f"tee -q -o {STAT_FILE} stat -json")
+    plan.extract(str(build_dir))
+    env = open_toolchain_env()
+    started = time.monotonic()
+    subprocess.run([env["YOSYS"], "-q", "-l", f"{name}.rpt", f"{name}.ys"], cwd=build_dir,
+                   env=env, check=True)
+    seconds = time.monotonic() - started
+
+    stat = json.loads((build_dir / STAT_FILE).read_text())
+    cells = stat["modules"][f"\\{name}"]["num_cells_by_type"]
+    device = f"{platform.device}"
+    summary = {
+        "placed": False,
+        "utilization": synthesis_utilization(cells, device),
+        "cells": {kind: count for kind, count in sorted(cells.items())
+                  if not kind.startswith("$")},
+        "device": f"{platform.device}-{platform.speed}{platform.package}",
+        "source_revision": source_revision(),
+        "build_seconds": round(seconds, 1),
+    }
+    summary.update(extra_summary or {})
+    write_summary(build_dir / SUMMARY_FILE, summary)
+    return summary
 
 
 def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,

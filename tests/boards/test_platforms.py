@@ -6,7 +6,7 @@ import json
 import pytest
 
 from boards import synth
-from boards.build import prepare_plan
+from boards.build import prepare_plan, synthesis_utilization
 from boards.platforms import BOARDS, get_board
 
 HAVE_FP = importlib.util.find_spec("hw.fp") is not None
@@ -69,3 +69,26 @@ def test_synth_cli_writes_a_vendor_plan(tmp_path, capsys):
     assert summary["built"] is False and summary["toolchain"] == "Vivado"
     assert (board_dir / "top.xdc").exists() and (board_dir / "build_top.sh").exists()
     assert "Build plan for alveo-u200 (Vivado)" in capsys.readouterr().out
+
+
+def test_synth_only_refuses_vendor_boards_and_no_build(capsys):
+    assert synth.main(["--board", "alveo-u200", "--synth-only"]) == 2
+    assert "--synth-only runs Yosys for an open-toolchain board" in capsys.readouterr().err
+    assert synth.main(["--board", "ulx3s-85f", "--synth-only", "--no-build"]) == 2
+    assert "--synth-only and --no-build exclude each other" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("device, luts", [("LFE5U-85F", 83_640), ("LFE5UM5G-85F", 83_640),
+                                          ("LFE5U-25F", 24_288)])
+def test_synthesis_utilization_counts_luts_as_nextpnr(device, luts):
+    cells = {"LUT4": 100, "CCU2C": 10, "TRELLIS_DPR16X4": 2, "TRELLIS_FF": 50, "DP16KD": 3,
+             "MULT18X18D": 4, "PFUMX": 9}
+    utilization = synthesis_utilization(cells, device)
+    assert utilization["LUT4"] == {"used": 132, "available": luts}
+    assert utilization["FF"]["used"] == 50 and utilization["EBR"]["used"] == 3
+    assert utilization["DSP"]["used"] == 4
+
+
+def test_synthesis_utilization_rejects_unknown_device():
+    with pytest.raises(ValueError, match=r"^Unknown ECP5 device 'XC7A35T'$"):
+        synthesis_utilization({}, "XC7A35T")

@@ -31,3 +31,20 @@ def test_ulx3s_bist_places_routes_and_meets_25_mhz(tmp_path):
     assert utilization["DSP"]["used"] > 0  # the FP32 multiplier's significand product
     assert (board_dir / "top.bit").stat().st_size > 0
     assert (board_dir / "report.json").exists()
+
+
+@pytest.mark.skipif(not open_toolchain_available(), reason="YoWASP toolchain not installed")
+@pytest.mark.skipif(not HAVE_FP, reason="hw.fp is not available")
+def test_synth_only_counts_yosys_cells(tmp_path, capsys):
+    argv = ["--board", "ulx3s-85f", "--design", "fp", "--lanes", "1", "--vectors", "4",
+            "--synth-only", "--out", str(tmp_path)]
+    assert synth.main(argv) == 0
+    board_dir = tmp_path / "ulx3s-85f"
+    summary = json.loads((board_dir / "summary.json").read_text())
+    assert summary["placed"] is False and "fmax_mhz" not in summary
+    cells, utilization = summary["cells"], summary["utilization"]
+    assert utilization["LUT4"]["used"] == cells["LUT4"] + 2 * cells.get("CCU2C", 0) + 6 * cells.get(
+        "TRELLIS_DPR16X4", 0)
+    assert utilization["DSP"] == {"used": cells["MULT18X18D"], "available": 156}
+    assert not (board_dir / "top.bit").exists()
+    assert "not placed, no Fmax" in capsys.readouterr().out
