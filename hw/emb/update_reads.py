@@ -11,7 +11,7 @@ their entries in one *shared* buffer: a single 512-bit memory with a fixed regio
 and one read port, from which each source's output register is refilled. The credits are the
 same, but the FIFOs of the word streams, each a 512-bit memory a few lines deep, become one
 memory (on an FPGA one set of block RAMs instead of one per source). A shared source
-delivers at most one line every other cycle.
+delivers at most one line every third cycle.
 """
 
 from amaranth.hdl import Module, Mux, Shape, Signal
@@ -201,7 +201,6 @@ class ReadRouter(wiring.Component):
         loading = Signal(name=f"{name}_loading")  # the read port's data is ours this cycle
         out_valid = Signal(name=f"{name}_valid")
         out_data = Signal(LINE_BITS, name=f"{name}_data")
-        taken = out_valid & response.ready
 
         def advance(pointer):
             return Mux(pointer == depth - 1, 0, pointer + 1)
@@ -209,16 +208,18 @@ class ReadRouter(wiring.Component):
         with m.If(landed):
             m.d.comb += [write.en.eq(1), write.addr.eq(base + tail)]
             m.d.sync += tail.eq(advance(tail))
-        # The register is free next cycle unless a line is already on its way to it.
+        # Refill only an empty register: not one being taken, which would put the consumer's
+        # ready in front of the read address (the update engine's longest path on ECP5). A
+        # source then delivers a line every third cycle, plenty for a word stream.
         refill = Signal(name=f"{name}_refill")
-        m.d.comb += refill.eq((stored != 0) & ~loading & (~out_valid | taken) & ~read_granted)
+        m.d.comb += refill.eq((stored != 0) & ~loading & ~out_valid & ~read_granted)
         with m.If(refill):
             m.d.comb += read.addr.eq(base + head)
             m.d.sync += head.eq(advance(head))
         m.d.sync += [stored.eq(stored + landed - refill), loading.eq(refill)]
         with m.If(loading):
             m.d.sync += [out_data.eq(read.data), out_valid.eq(1)]
-        with m.Elif(taken):
+        with m.Elif(out_valid & response.ready):
             m.d.sync += out_valid.eq(0)
         m.d.comb += [response.valid.eq(out_valid), response.payload.eq(out_data)]
         return refill
