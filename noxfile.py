@@ -81,8 +81,8 @@ def rtl(session):
 @nox.session
 def synth(session):
     """ECP5 builds with the YoWASP toolchain: `nox -s synth -- --board ulx3s-85f` (a board:
-    bitstream, report, summary.json) or `nox -s synth -- blocks [--block fp_add]` (per-block
-    Fmax and utilisation table)."""
+    bitstream, report, summary.json; `--synth-only` for Yosys' utilisation alone) or
+    `nox -s synth -- blocks [--block fp_add]` (per-block Fmax and utilisation table)."""
     _install(session, "fpga")
     if session.posargs[:1] == ["blocks"]:
         session.run("python", "-m", "boards.blocks", *session.posargs[1:], env=ENV)
