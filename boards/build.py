@@ -17,9 +17,9 @@ from pathlib import Path
 from .nextpnr_report import load_report, summarise_report
 from .toolchain import open_toolchain_env, using_open_toolchain
 
-__all__ = ["REPORT_FILE", "STAT_FILE", "SUMMARY_FILE", "block_ram_script", "prepare_plan",
-           "run_ecp5_build", "run_ecp5_synthesis", "source_revision", "synthesis_utilization",
-           "write_summary"]
+__all__ = ["REPORT_FILE", "STAT_FILE", "SUMMARY_FILE", "block_ram_script", "ecp5_capacity",
+           "memories", "prepare_plan", "run_ecp5_build", "run_ecp5_synthesis", "source_revision",
+           "synthesis_utilization", "write_summary"]
 
 
 REPORT_FILE = "report.json"
@@ -76,6 +76,17 @@ def _memory_ports(module):
     return ports
 
 
+def memories(rtlil):
+    """Every memory of ``rtlil`` (Amaranth's RTLIL text): ``(module, name, width, depth,
+    read port transparency masks, write port count)``."""
+    for module in rtlil.split("\nmodule ")[1:]:
+        module_name = module.split("\n", 1)[0].strip().removeprefix("\\")
+        ports = _memory_ports(module)
+        for width, depth, name in _MEMORY.findall(module):
+            reads, writes = ports.get(name, ((), 0))
+            yield module_name, name, int(width), int(depth), reads, writes
+
+
 def block_ram_script(rtlil, *, min_width, min_depth=3, undefined_collisions=False):
     """Yosys commands that put every written memory of at least ``min_width`` bits and
     ``min_depth`` words of ``rtlil`` (Amaranth's RTLIL text) in block RAM.
@@ -91,17 +102,13 @@ def block_ram_script(rtlil, *, min_width, min_depth=3, undefined_collisions=Fals
     ``SyncFIFOBuffered`` reads only words written in earlier cycles, for instance.
     """
     commands = []
-    for module in rtlil.split("\nmodule ")[1:]:
-        module_name = module.split("\n", 1)[0].strip().removeprefix("\\")
-        ports = _memory_ports(module)
-        for width, depth, name in _MEMORY.findall(module):
-            reads, writes = ports.get(name, ((), 0))
-            if int(width) < min_width or int(depth) < min_depth or not writes:
-                continue
-            commands.append(f'setattr -set ram_style "block" {module_name}/m:{name}')
-            if undefined_collisions and all("1" not in mask.split("'")[1] for mask in reads):
-                commands.append(f"setparam -set COLLISION_X_MASK {writes}'{'1' * writes} "
-                                f"{module_name}/r:MEMID=\\{name} {module_name}/t:$memrd_v2 %i")
+    for module_name, name, width, depth, reads, writes in memories(rtlil):
+        if width < min_width or depth < min_depth or not writes:
+            continue
+        commands.append(f'setattr -set ram_style "block" {module_name}/m:{name}')
+        if undefined_collisions and all("1" not in mask.split("'")[1] for mask in reads):
+            commands.append(f"setparam -set COLLISION_X_MASK {writes}'{'1' * writes} "
+                            f"{module_name}/r:MEMID=\\{name} {module_name}/t:$memrd_v2 %i")
     return "\n".join(commands)
 
 
@@ -123,21 +130,40 @@ def write_summary(path, summary):
     path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
+def ecp5_capacity(device):
+    """{"LUT4", "FF", "EBR", "DSP": count} of an ECP5 ``device`` (``"LFE5U-85F"``...)."""
+    match = re.search(r"-(\d+)F$", device)
+    if match is None or match.group(1) not in _ECP5_SIZES:
+        raise ValueError(f"Unknown ECP5 device {device!r}")
+    luts, ebr, dsp = _ECP5_SIZES[match.group(1)]
+    return {"LUT4": luts, "FF": luts, "EBR": ebr, "DSP": dsp}
+
+
 def synthesis_utilization(cells, device):
     """Utilisation of ``device`` (``"LFE5U-85F"``...) from Yosys' ECP5 cell counts (``cells``:
     {cell type: count}), counted as nextpnr counts LUT4s before packing: one per ``LUT4``,
     two per ``CCU2C`` carry cell and six per ``TRELLIS_DPR16X4`` (four of RAM, two of write
     port)."""
-    match = re.search(r"-(\d+)F$", device)
-    if match is None or match.group(1) not in _ECP5_SIZES:
-        raise ValueError(f"Unknown ECP5 device {device!r}")
-    luts, ebr, dsp = _ECP5_SIZES[match.group(1)]
+    available = ecp5_capacity(device)
     lut4 = (cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0)
             + 6 * cells.get("TRELLIS_DPR16X4", 0))
     used = {"LUT4": lut4, "FF": cells.get("TRELLIS_FF", 0), "EBR": cells.get("DP16KD", 0),
             "DSP": cells.get("MULT18X18D", 0)}
-    available = {"LUT4": luts, "FF": luts, "EBR": ebr, "DSP": dsp}
     return {kind: {"used": used[kind], "available": available[kind]} for kind in used}
+
+
+def _check_ecp5(platform):
+    if getattr(platform, "family", None) != "ecp5":
+        raise ValueError(f"The open-toolchain build is for ECP5 platforms, not {platform!r}")
+
+
+def _build_facts(platform, seconds):
+    """The summary fields every open-toolchain run records."""
+    return {
+        "device": f"{platform.device}-{platform.speed}{platform.package}",
+        "source_revision": source_revision(),
+        "build_seconds": round(seconds, 1),
+    }
 
 
 def run_ecp5_synthesis(platform, top, *, build_dir, name="top", extra_summary=None,
@@ -149,8 +175,7 @@ def run_ecp5_synthesis(platform, top, *, build_dir, name="top", extra_summary=No
     :func:`synthesis_utilization` counts it, ``cells`` (every cell type), ``placed: False``,
     the device, the revision and the seconds taken, and ``extra_summary``.
     """
-    if getattr(platform, "family", None) != "ecp5":
-        raise ValueError(f"The open-toolchain build is for ECP5 platforms, not {platform!r}")
+    _check_ecp5(platform)
     build_dir = Path(build_dir)
     plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width,
                         undefined_collisions=undefined_collisions,
@@ -164,15 +189,12 @@ def run_ecp5_synthesis(platform, top, *, build_dir, name="top", extra_summary=No
 
     stat = json.loads((build_dir / STAT_FILE).read_text())
     cells = stat["modules"][f"\\{name}"]["num_cells_by_type"]
-    device = f"{platform.device}"
     summary = {
         "placed": False,
-        "utilization": synthesis_utilization(cells, device),
+        "utilization": synthesis_utilization(cells, platform.device),
         "cells": {kind: count for kind, count in sorted(cells.items())
                   if not kind.startswith("$")},
-        "device": f"{platform.device}-{platform.speed}{platform.package}",
-        "source_revision": source_revision(),
-        "build_seconds": round(seconds, 1),
+        **_build_facts(platform, seconds),
     }
     summary.update(extra_summary or {})
     write_summary(build_dir / SUMMARY_FILE, summary)
@@ -189,8 +211,7 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
     :func:`boards.nextpnr_report.summarise_report`, the device, the build's wall-clock
     seconds, the paths of the report and the bitstream, and ``extra_summary``.
     """
-    if getattr(platform, "family", None) != "ecp5":
-        raise ValueError(f"The open-toolchain build is for ECP5 platforms, not {platform!r}")
+    _check_ecp5(platform)
     build_dir = Path(build_dir)
     plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width,
                         undefined_collisions=undefined_collisions, router=router)
@@ -200,9 +221,7 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
 
     summary = summarise_report(load_report(build_dir / REPORT_FILE))
     summary.update({
-        "device": f"{platform.device}-{platform.speed}{platform.package}",
-        "source_revision": source_revision(),
-        "build_seconds": round(seconds, 1),
+        **_build_facts(platform, seconds),
         "report": str(build_dir / REPORT_FILE),
         "bitstream": str(build_dir / f"{name}.bit"),
     })

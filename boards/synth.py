@@ -124,10 +124,12 @@ def main(argv=None):
     options = {name: getattr(args, name) for name in _DESIGN_OPTIONS[args.design]}
     facts = {"board": board.name, "design": args.design, "toolchain": board.toolchain,
              **options}
-    if args.synth_only and (args.no_build or not board.open_toolchain):
+    if args.synth_only and not board.open_toolchain:
         print(f"error: --synth-only runs Yosys for an open-toolchain board without --no-build; "
-              f"{board.name} uses {board.toolchain}" if not board.open_toolchain else
-              "error: --synth-only and --no-build exclude each other", file=sys.stderr)
+              f"{board.name} uses {board.toolchain}", file=sys.stderr)
+        return 2
+    if args.synth_only and args.no_build:
+        print("error: --synth-only and --no-build exclude each other", file=sys.stderr)
         return 2
     top = DESIGNS[args.design](**options)
     platform = board.make_platform()

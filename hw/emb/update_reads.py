@@ -110,7 +110,6 @@ class ReadRouter(wiring.Component):
 
         shared = [(index, name, depth) for index, (name, depth) in enumerate(self._sources)
                   if name in self._shared]
-        buffer = None
         if shared:
             buffer = m.submodules.shared_lines = memory.Memory(
                 shape=LINE_BITS, depth=sum(depth for _, _, depth in shared), init=[])

@@ -8,45 +8,37 @@ block RAMs whatever its depth, and each new 512-bit FIFO moves the design 15 clo
 
 import importlib.util
 import math
-import re
 
 import pytest
 
 from boards import synth
-from boards.build import prepare_plan
+from boards.build import ecp5_capacity, memories, prepare_plan
 from boards.platforms import get_board
 
 HAVE_EMB = importlib.util.find_spec("hw.emb.update") is not None
 
-_MEMORY = re.compile(r"^  memory width (\d+) size (\d+) \\(\S+)$", re.M)
 # DP16KD as Yosys uses it for wide memories: 36 bits by 512 words.
 _EBR_WIDTH, _EBR_DEPTH = 36, 512
-_LFE5U_85F_EBR = 208
 
 
 def block_rams(rtlil, *, min_width):
     """{memory: DP16KD count} for the memories Yosys puts in block RAM: those the build
     marks (``block_ram_min_width``) and the wide ROMs, which it maps there by itself."""
-    counts = {}
-    for module in rtlil.split("\nmodule ")[1:]:
-        module_name = module.split("\n", 1)[0].strip()
-        for width, depth, name in _MEMORY.findall(module):
-            width, depth = int(width), int(depth)
-            if width >= min_width and depth >= 3:
-                counts[f"{module_name}/{name}"] = (math.ceil(width / _EBR_WIDTH)
-                                                   * math.ceil(depth / _EBR_DEPTH))
-    return counts
+    return {f"{module}/{name}": math.ceil(width / _EBR_WIDTH) * math.ceil(depth / _EBR_DEPTH)
+            for module, name, width, depth, _, _ in memories(rtlil)
+            if width >= min_width and depth >= 3}
 
 
 @pytest.mark.skipif(not HAVE_EMB, reason="the update engine is not available")
 def test_emb_design_fits_the_85f_block_ram():
     options = synth._BUILD_OPTIONS["emb"]
-    plan = prepare_plan(get_board("ulx3s-85f").make_platform(), synth.make_emb_top(),
-                        **options)
+    platform = get_board("ulx3s-85f").make_platform()
+    plan = prepare_plan(platform, synth.make_emb_top(), **options)
     counts = block_rams(plan.files["top.il"], min_width=options["block_ram_min_width"])
     # Yosys' synthesis of this design gave 150 DP16KD (README), as this count does.
     total = sum(counts.values())
     listing = "\n".join(f"{count:4} {name}" for name, count in sorted(counts.items()))
-    assert total <= _LFE5U_85F_EBR, f"{total} block RAMs of {_LFE5U_85F_EBR}:\n{listing}"
+    available = ecp5_capacity(platform.device)["EBR"]
+    assert total <= available, f"{total} block RAMs of {available}:\n{listing}"
     # The update engine's word streams share one buffer, not a 512-bit FIFO each.
     assert sum("update.router" in name for name in counts) == 3, listing
