@@ -37,17 +37,18 @@ class Step(enum.Enum, shape=2):
 # a row (rows of two lines), one region, an 8 KiB address space, few reads in flight, the
 # smallest buffers. The 64 FP32 lanes take most of an ECP5-85F whatever these are; two
 # register stages each suit the engine's own clock limit (about 32 MHz on ECP5, set by the
-# gather issuer's slot choice) and save some 20k flip-flops over the default seven. A relaxed
-# lookup's bags go through memory between correction passes (no bag store: 15 block RAMs).
+# gather issuer's slot choice) and save some 20k flip-flops over the default seven. The
+# self-test runs strict lookups, so the relaxed lookup's correction is left out.
 ENGINE_DEFAULTS = dict(max_tables=2, max_dim=32, num_regions=1, addr_width=13, id_width=3,
                        outstanding_reads=4, index_buffer_depth=32, offset_buffer_depth=32,
                        output_buffer_depth=2, bag_slots=4, max_unique_rows=4,
-                       update_outstanding_reads=4, correction_bags=0, add_stages=2,
+                       update_outstanding_reads=4, relaxed_lookup=False, add_stages=2,
                        mul_stages=2)
 
 _INCR = 1
 
-_LOOKUP_ONLY = ("max_unique_rows", "update_outstanding_reads", "correction_bags")
+_LOOKUP_ONLY = ("max_unique_rows", "update_outstanding_reads", "relaxed_lookup",
+                "correction_bags")
 
 
 def _lookup_engine(params):
@@ -60,7 +61,8 @@ def _update_engine(params):
     from hw.emb.update import UpdateEngine
 
     names = ("max_tables", "max_dim", "num_regions", "addr_width", "id_width",
-             "max_unique_rows", "correction_bags", "add_stages", "mul_stages")
+             "max_unique_rows", "relaxed_lookup", "correction_bags", "add_stages",
+             "mul_stages")
     return UpdateEngine(**{k: params[k] for k in names if k in params},
                         outstanding_reads=params["update_outstanding_reads"])
 

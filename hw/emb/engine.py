@@ -12,7 +12,7 @@ written). That halves the FP lanes, most of the engine's logic on an FPGA.
 
 import importlib.util
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -67,9 +67,14 @@ class EmbeddingEngine(wiring.Component):
         Update engine's gradient and row lines in flight.
     update_write_buffer : int or None
         Update engine's buffer of updated row lines (``write_buffer_lines``).
-    correction_bags : int
+    relaxed_lookup : bool
+        Build the relaxed lookup (default True). Without it the engine has no ``relaxed``,
+        ``deferred`` and ``forget_deferred`` ports, every LOOKUP is strict, and the update
+        engine leaves out its correction (:class:`~hw.emb.update.UpdateEngine`).
+    correction_bags : int or None
         Bags of a relaxed lookup the update engine keeps on chip between the correction
-        passes of a chunked UPDATE (:class:`~hw.emb.update.UpdateEngine`).
+        passes of a chunked UPDATE (:class:`~hw.emb.update.UpdateEngine`; ``None``: its
+        default).
     add_stages, mul_stages : int or None
         Float32 pipeline depths of both engines.
     shared_lanes : bool
@@ -87,7 +92,7 @@ class EmbeddingEngine(wiring.Component):
     axi : ``Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
     counters : ``Out(counters_layout())``
         Sums of both engines' counters.
-    relaxed : ``In(1)``
+    relaxed : ``In(1)`` (with ``relaxed_lookup``, as the two below)
         Relaxed lookup (``sw_model.relaxed``), sampled with each LOOKUP. A LOOKUP that finds
         the UPDATE of the batch it follows still to come (a LOOKUP ended OK since the last
         UPDATE that did) is *deferred*: it pools the tables as they are, leaves MEAN bags
@@ -106,8 +111,11 @@ class EmbeddingEngine(wiring.Component):
                  outstanding_reads=128, index_buffer_depth=8192, offset_buffer_depth=2048,
                  output_buffer_depth=128, bag_slots=16, max_unique_rows=64,
                  update_outstanding_reads=16, add_stages=None, mul_stages=None,
-                 shared_lanes=True, update_write_buffer=None, correction_bags=64):
+                 shared_lanes=True, update_write_buffer=None, relaxed_lookup=True,
+                 correction_bags=None):
         check_bool("Shared lanes", shared_lanes)
+        check_bool("Relaxed lookup", relaxed_lookup)
+        self._relaxed_lookup = relaxed_lookup
         self._lookup_params = dict(
             max_tables=max_tables, max_dim=max_dim, num_regions=num_regions,
             addr_width=addr_width, id_width=id_width, outstanding_reads=outstanding_reads,
@@ -121,7 +129,8 @@ class EmbeddingEngine(wiring.Component):
             max_unique_rows=check_int("Unique-row capacity", max_unique_rows, minimum=1),
             outstanding_reads=check_int("Update outstanding reads", update_outstanding_reads,
                                         minimum=1),
-            write_buffer_lines=update_write_buffer, correction_bags=correction_bags,
+            write_buffer_lines=update_write_buffer, relaxed_lookup=relaxed_lookup,
+            correction_bags=correction_bags,
             add_stages=add_stages, mul_stages=mul_stages)
         # Built now so that the update engine's own parameter checks run in this constructor.
         update_class = update_engine_class()
@@ -142,15 +151,19 @@ class EmbeddingEngine(wiring.Component):
             "lr": In(32),
             "axi": Out(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width)),
             "counters": Out(counters_layout()),
-            "relaxed": In(1),
-            "deferred": Out(1),
-            "forget_deferred": In(1),
+            **({"relaxed": In(1), "deferred": Out(1), "forget_deferred": In(1)}
+               if relaxed_lookup else {}),
         })
 
     @property
     def shared_lanes(self):
         """Whether both engines use one set of FP lanes."""
         return self._shared_lanes
+
+    @property
+    def relaxed_lookup(self):
+        """Whether LOOKUP may run relaxed (the ``relaxed`` port exists)."""
+        return self._relaxed_lookup
 
     @property
     def has_update(self):
@@ -180,11 +193,14 @@ class EmbeddingEngine(wiring.Component):
         deferred_command = Signal(command_layout(self._addr_width))
         running = Signal(command_layout(self._addr_width))
         running_deferred = Signal()
-        m.d.comb += self.deferred.eq(deferred)
         is_lookup = command.opcode == Opcode.LOOKUP
-        defer_now = self.relaxed & update_owed & is_lookup
+        # (Without the relaxed lookup nothing is ever deferred: these are constants.)
+        relaxed = self.relaxed if self._relaxed_lookup else Const(0)
+        defer_now = relaxed & update_owed & is_lookup
         refuse_now = defer_now & deferred
-        if self._update is not None:
+        if self._relaxed_lookup:
+            m.d.comb += self.deferred.eq(deferred)
+        if self._update is not None and self._relaxed_lookup:
             m.d.comb += [self._update.correct.eq(deferred_command),
                          self._update.correct_enable.eq(deferred)]
         m.d.comb += engines["lookup"].defer_mean.eq(defer_now)
@@ -240,8 +256,9 @@ class EmbeddingEngine(wiring.Component):
                 m.d.comb += [self.done.valid.eq(1), self.done.payload.eq(reply)]
                 with m.If(self.done.ready):
                     m.next = "Idle"
-        with m.If(self.forget_deferred):
-            m.d.sync += [deferred.eq(0), update_owed.eq(0)]
+        if self._relaxed_lookup:
+            with m.If(self.forget_deferred):  # (after the dispatcher: it wins)
+                m.d.sync += [deferred.eq(0), update_owed.eq(0)]
 
         # The AXI port follows the owner (the other engine is idle and its bus quiet).
         for index, name in enumerate(order):

@@ -75,6 +75,7 @@ _STREAM_DEPTH = 4        # response FIFO lines for offsets, indices and weights
 _SHARED_SOURCES = ("indices", "weights", "offsets", "bag", "deferred_indices",
                    "deferred_weights", "deferred_offsets")
 _MAX_OUTSTANDING_WRITES = 64
+_DEFAULT_CORRECTION_BAGS = 64
 
 
 def _check_int(value, low, high, message):
@@ -116,10 +117,15 @@ class UpdateEngine(wiring.Component):
         Updated row lines the engine holds for writing, so a chunk's apply (and a relaxed
         lookup's correction after it) need not wait for a slow memory's writes; at least the
         apply latency + 3 (``None``: that or 16, whichever is more).
-    correction_bags : int
+    relaxed_lookup : bool
+        Build the correction of a relaxed lookup (default True). Without it the engine has no
+        ``correct`` and ``correct_enable`` ports, and leaves out the second walker, its three
+        word streams, the correction sequencer and the datapath's correction path: what a
+        device that always runs strict lookups (the board self-test) need not carry.
+    correction_bags : int or None
         Bags of a deferred lookup kept on chip between the correction passes of a chunked
         UPDATE, 0..4096 (``max_dim / 16`` lines each); bags beyond go through memory after
-        every chunk.
+        every chunk. ``None``: 64 with ``relaxed_lookup``, 0 without (which allows only 0).
 
     Members
     -------
@@ -138,8 +144,9 @@ class UpdateEngine(wiring.Component):
         fetched for updating), ``bytes_read``/``bytes_written`` (AXI data beats x 64),
         ``stall_cycles`` (busy, something waits on the bus, and no channel moved).
     correct : ``In(command_layout(addr_width))``, correct_enable : ``In(1)``
-        Sampled with each command: with ``correct_enable``, ``correct`` is a deferred relaxed
-        LOOKUP of the next batch to correct (module docstring).
+        Only with ``relaxed_lookup``. Sampled with each command: with ``correct_enable``,
+        ``correct`` is a deferred relaxed LOOKUP of the next batch to correct (module
+        docstring).
     mul_lanes, add_lanes : ``In(hw.fp.fp_lanes_signature(op=..., lanes=16, tag_width=...))``
         Only with ``shared_lanes=True``: the multiplier and adder are not built here but
         reached through these ports (:class:`~hw.emb.engine.EmbeddingEngine` shares one set
@@ -154,7 +161,8 @@ class UpdateEngine(wiring.Component):
 
     def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
                  max_unique_rows=64, mul_stages=None, add_stages=None, outstanding_reads=16,
-                 shared_lanes=False, write_buffer_lines=None, correction_bags=64):
+                 shared_lanes=False, write_buffer_lines=None, relaxed_lookup=True,
+                 correction_bags=None):
         _check_int(max_tables, 1, 255, "Table count limit must be an integer in 1..255")
         if (not isinstance(max_dim, int) or isinstance(max_dim, bool)
                 or not 16 <= max_dim <= 65520 or max_dim % 16):
@@ -177,8 +185,15 @@ class UpdateEngine(wiring.Component):
                 raise ValueError(f"Write buffer must be at least {least} lines (the apply "
                                  f"latency + 3), not {write_buffer_lines}")
         self._write_buffer_lines = write_buffer_lines
+        check_bool("Relaxed lookup", relaxed_lookup)
+        self._relaxed_lookup = relaxed_lookup
+        if correction_bags is None:
+            correction_bags = _DEFAULT_CORRECTION_BAGS if relaxed_lookup else 0
         _check_int(correction_bags, 0, 4096,
-                   "Correction bag count must be an integer in 0..4096")
+                   "Correction bag count must be None or an integer in 0..4096")
+        if correction_bags and not relaxed_lookup:
+            raise ValueError(f"Correction bags need the relaxed lookup: without it the count "
+                             f"must be None or 0, not {correction_bags!r}")
         self._correction_bags = correction_bags
         self._max_tables = max_tables
         self._max_dim = max_dim
@@ -206,8 +221,8 @@ class UpdateEngine(wiring.Component):
             "axi": Out(AXI4Signature(addr_width=addr_width, data_width=512,
                                      id_width=id_width)),
             "counters": Out(counters_layout()),
-            "correct": In(command_layout(addr_width)),
-            "correct_enable": In(1),
+            **({"correct": In(command_layout(addr_width)), "correct_enable": In(1)}
+               if relaxed_lookup else {}),
         })
 
     @property
@@ -242,6 +257,12 @@ class UpdateEngine(wiring.Component):
     def max_unique_rows(self):
         """On-chip capacity M: distinct rows per chunk (``sparse_sgd_update``'s argument)."""
         return self._max_unique_rows
+
+    @property
+    def relaxed_lookup(self):
+        """Whether the engine corrects relaxed lookups (has ``correct`` and
+        ``correct_enable``)."""
+        return self._relaxed_lookup
 
     @property
     def correction_bags(self):
@@ -288,6 +309,7 @@ class UpdateEngine(wiring.Component):
         aw = self._addr_width
         line_address_width = aw - 6
         capacity = self._max_unique_rows
+        relaxed = self._relaxed_lookup
 
         # Per-command state is cleared when a command is accepted (the bus is quiet then).
         clear = Signal()
@@ -299,29 +321,25 @@ class UpdateEngine(wiring.Component):
         checker = m.submodules.checker = CommandChecker(
             max_tables=self._max_tables, max_dim=self._max_dim,
             num_regions=self._num_regions, addr_width=aw)
+        sources = [("rows", self._outstanding_reads),
+                   ("gradient", self._outstanding_reads),
+                   ("indices", _STREAM_DEPTH),
+                   ("weights", _STREAM_DEPTH),
+                   ("offsets", _STREAM_DEPTH)]
+        if relaxed:
+            sources += [("bag", max(3, self.lines_per_row)),
+                        ("deferred_indices", _STREAM_DEPTH),
+                        ("deferred_weights", _STREAM_DEPTH),
+                        ("deferred_offsets", _STREAM_DEPTH)]
         router = per_command("router", ReadRouter(
-            line_address_width=line_address_width,
-            sources=[("rows", self._outstanding_reads),
-                     ("gradient", self._outstanding_reads),
-                     ("indices", _STREAM_DEPTH),
-                     ("weights", _STREAM_DEPTH),
-                     ("offsets", _STREAM_DEPTH),
-                     ("bag", max(3, self.lines_per_row)),
-                     ("deferred_indices", _STREAM_DEPTH),
-                     ("deferred_weights", _STREAM_DEPTH),
-                     ("deferred_offsets", _STREAM_DEPTH)],
+            line_address_width=line_address_width, sources=sources,
             # Rows and gradients stream at up to a line per cycle; the rest (word streams, a
             # bag's few lines) share one buffer.
-            shared=_SHARED_SOURCES))
+            shared=[name for name, _ in sources if name in _SHARED_SOURCES]))
         readers = {name: per_command(f"{name}_reader",
                                      WordReader(line_address_width=line_address_width))
                    for name in ("offsets", "indices", "weights")}
-        deferred_readers = {name: per_command(f"deferred_{name}_reader",
-                                              WordReader(line_address_width=line_address_width))
-                            for name in ("offsets", "indices", "weights")}
         walker = per_command("walker", OccurrenceWalker(
-            max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw))
-        deferred_walker = per_command("deferred_walker", OccurrenceWalker(
             max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw))
         gradient_fetch = per_command("gradient_fetch", GradientFetch(
             table_width=walker.table_width, line_width=walker.line_width,
@@ -337,32 +355,17 @@ class UpdateEngine(wiring.Component):
             capacity=capacity, lines_per_slot=self.lines_per_row,
             line_address_width=line_address_width, mul_stages=self._mul_stages,
             add_stages=self._add_stages, shared_lanes=self._shared_lanes,
-            write_depth=self._write_buffer_lines, cached_bags=self._correction_bags))
+            write_depth=self._write_buffer_lines, cached_bags=self._correction_bags,
+            corrections=relaxed))
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), datapath.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)
         writes = per_command("writes", WriteQueue(
             line_address_width=line_address_width, max_outstanding=_MAX_OUTSTANDING_WRITES))
-        corrector = per_command("corrector", CorrectionSequencer(
-            max_tables=self._max_tables, addr_width=aw, table_width=walker.table_width,
-            line_width=walker.line_width, slot_width=Shape.cast(range(capacity)).width,
-            cached_bags=self._correction_bags, bag_width=datapath.bag_width))
 
-        # The command, latched when accepted, and the deferred lookup it corrects.
+        # The command, latched when accepted.
         command = Signal(command_layout(aw))
-        deferred = Signal(command_layout(aw))
-        correcting = Signal()
-        checking_deferred = Signal()
-        deferred_row_lines = Signal.like(checker.row_lines)
-        deferred_use_weights = Signal()
-        deferred_as_update = Signal(command_layout(aw))
-        m.d.comb += [deferred_as_update.eq(deferred),
-                     deferred_as_update.opcode.eq(Opcode.UPDATE)]
         m.d.comb += [
-            checker.command.eq(Mux(checking_deferred, deferred_as_update, command)),
-            deferred_walker.descriptors.eq(self.tables),
-            corrector.descriptors.eq(self.tables),
-            datapath.keep_deltas.eq(correcting),
             checker.descriptors.eq(self.tables),
             checker.regions.eq(self.regions),
             walker.descriptors.eq(self.tables),
@@ -403,20 +406,47 @@ class UpdateEngine(wiring.Component):
             return start
 
         start_walk = walk_of(readers, walker, command, checker.row_lines, checker.use_weights)
-        # The deferred lookup's walk (validation, then the correction).
-        start_deferred_walk = walk_of(deferred_readers, deferred_walker, deferred,
-                                      deferred_row_lines, deferred_use_weights, "deferred_")
-        m.d.comb += [
-            corrector.walk_done.eq(deferred_walker.status.done),
-            unique.probe.eq(corrector.probe),
-            unique.probe_key.eq(corrector.probe_key),
-            corrector.probe_hit.eq(unique.probe_hit),
-            corrector.probe_slot.eq(unique.probe_slot),
-        ]
-        wiring.connect(m, deferred_walker.o, corrector.occurrences)
-        wiring.connect(m, corrector.bag_request, router.bag_request)
-        wiring.connect(m, router.bag_response, datapath.bag_lines)
-        wiring.connect(m, corrector.ops, datapath.correction)
+
+        # The deferred lookup a command corrects (``correcting``): its own walk (validation,
+        # then one correction pass per chunk) and the correction sequencer.
+        correcting = Signal()
+        if relaxed:
+            deferred = Signal(command_layout(aw))
+            checking_deferred = Signal()
+            deferred_row_lines = Signal.like(checker.row_lines)
+            deferred_use_weights = Signal()
+            deferred_as_update = Signal(command_layout(aw))
+            deferred_readers = {
+                name: per_command(f"deferred_{name}_reader",
+                                  WordReader(line_address_width=line_address_width))
+                for name in ("offsets", "indices", "weights")}
+            deferred_walker = per_command("deferred_walker", OccurrenceWalker(
+                max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw))
+            corrector = per_command("corrector", CorrectionSequencer(
+                max_tables=self._max_tables, addr_width=aw, table_width=walker.table_width,
+                line_width=walker.line_width, slot_width=Shape.cast(range(capacity)).width,
+                cached_bags=self._correction_bags, bag_width=datapath.bag_width))
+            start_deferred_walk = walk_of(deferred_readers, deferred_walker, deferred,
+                                          deferred_row_lines, deferred_use_weights, "deferred_")
+            m.d.comb += [
+                deferred_as_update.eq(deferred),
+                deferred_as_update.opcode.eq(Opcode.UPDATE),
+                checker.command.eq(Mux(checking_deferred, deferred_as_update, command)),
+                deferred_walker.descriptors.eq(self.tables),
+                corrector.descriptors.eq(self.tables),
+                datapath.keep_deltas.eq(correcting),
+                corrector.walk_done.eq(deferred_walker.status.done),
+                unique.probe.eq(corrector.probe),
+                unique.probe_key.eq(corrector.probe_key),
+                corrector.probe_hit.eq(unique.probe_hit),
+                corrector.probe_slot.eq(unique.probe_slot),
+            ]
+            wiring.connect(m, deferred_walker.o, corrector.occurrences)
+            wiring.connect(m, corrector.bag_request, router.bag_request)
+            wiring.connect(m, router.bag_response, datapath.bag_lines)
+            wiring.connect(m, corrector.ops, datapath.correction)
+        else:
+            m.d.comb += checker.command.eq(command)
 
         # Occurrences: walker -> gradient fetch -> unique rows -> accumulation.
         wiring.connect(m, walker.o, gradient_fetch.i)
@@ -481,7 +511,8 @@ class UpdateEngine(wiring.Component):
         error_position = Signal(32)
         bus_error = Signal()
         last_chunk = Signal()
-        m.d.comb += corrector.final.eq(last_chunk)
+        if relaxed:
+            m.d.comb += corrector.final.eq(last_chunk)
         halted = Signal()  # after an error: no new read, no row write not yet offered
         stop = halted | bus_error | router.error | writes.error  # from the error's own cycle
         m.d.comb += [router.stop.eq(stop), writes.stop.eq(stop)]
@@ -494,8 +525,9 @@ class UpdateEngine(wiring.Component):
                 m.d.sync += [error_bag.eq(status.bag), error_position.eq(status.position)]
 
         walk_failed = walker.status.done & (walker.status.error != ErrorCode.NONE)
-        deferred_walk_failed = (deferred_walker.status.done &
-                                (deferred_walker.status.error != ErrorCode.NONE))
+        if relaxed:
+            deferred_walk_failed = (deferred_walker.status.done &
+                                    (deferred_walker.status.error != ErrorCode.NONE))
         # (The queue's level counts an entry still moving to its output, unlike r_rdy.)
         walk_finished = (walker.status.done & ~walker.o.valid & gradient_fetch.idle &
                          (waiting.level == 0))
@@ -508,29 +540,30 @@ class UpdateEngine(wiring.Component):
                     m.d.comb += [clear.eq(1), checker.start.eq(1)]
                     m.d.sync += [
                         command.eq(self.cmd.payload),
-                        deferred.eq(self.correct),
-                        correcting.eq(self.correct_enable),
-                        checking_deferred.eq(self.correct_enable),
                         error.eq(ErrorCode.NONE), error_table.eq(0), error_bag.eq(0),
                         error_position.eq(0), bus_error.eq(0), last_chunk.eq(0),
                         halted.eq(0),
                     ]
-                    with m.If(self.correct_enable):
-                        m.next = "Check-Deferred"
-                    with m.Else():
-                        m.next = "Check"
+                    m.next = "Check"
+                    if relaxed:
+                        m.d.sync += [deferred.eq(self.correct),
+                                     correcting.eq(self.correct_enable),
+                                     checking_deferred.eq(self.correct_enable)]
+                        with m.If(self.correct_enable):
+                            m.next = "Check-Deferred"
 
-            with m.State("Check-Deferred"):
-                with m.If(checker.status.done):
-                    with m.If(checker.status.error != ErrorCode.NONE):
-                        record(checker.status)
-                        m.next = "Done"
-                    with m.Else():
-                        m.d.sync += [deferred_row_lines.eq(checker.row_lines),
-                                     deferred_use_weights.eq(checker.use_weights),
-                                     checking_deferred.eq(0)]
-                        m.d.comb += checker.start.eq(1)
-                        m.next = "Check"
+            if relaxed:
+                with m.State("Check-Deferred"):
+                    with m.If(checker.status.done):
+                        with m.If(checker.status.error != ErrorCode.NONE):
+                            record(checker.status)
+                            m.next = "Done"
+                        with m.Else():
+                            m.d.sync += [deferred_row_lines.eq(checker.row_lines),
+                                         deferred_use_weights.eq(checker.use_weights),
+                                         checking_deferred.eq(0)]
+                            m.d.comb += checker.start.eq(1)
+                            m.next = "Check"
 
             with m.State("Check"):
                 with m.If(checker.status.done):
@@ -558,28 +591,32 @@ class UpdateEngine(wiring.Component):
                     record(walker.status)
                     m.next = "Drain"
                 with m.Elif(walker.status.done):
+                    # (``correcting`` is never set without the relaxed lookup.)
                     with m.If(correcting):
-                        start_deferred_walk(WalkMode.OFFSETS)
-                        m.next = "Validate-Deferred-Offsets"
+                        if relaxed:
+                            start_deferred_walk(WalkMode.OFFSETS)
+                            m.next = "Validate-Deferred-Offsets"
                     with m.Else():
                         start_walk(WalkMode.UPDATE)
                         m.next = "Accumulate"
 
-            for state, mode, following in (("Validate-Deferred-Offsets", WalkMode.INDICES,
-                                            "Validate-Deferred-Indices"),
-                                           ("Validate-Deferred-Indices", None, "Accumulate")):
-                with m.State(state):
-                    with m.If(bus_error):
-                        m.next = "Drain"
-                    with m.Elif(deferred_walk_failed):
-                        record(deferred_walker.status)
-                        m.next = "Drain"
-                    with m.Elif(deferred_walker.status.done):
-                        if mode is None:
-                            start_walk(WalkMode.UPDATE)
-                        else:
-                            start_deferred_walk(mode)
-                        m.next = following
+            if relaxed:
+                for state, mode, following in (("Validate-Deferred-Offsets", WalkMode.INDICES,
+                                                "Validate-Deferred-Indices"),
+                                               ("Validate-Deferred-Indices", None,
+                                                "Accumulate")):
+                    with m.State(state):
+                        with m.If(bus_error):
+                            m.next = "Drain"
+                        with m.Elif(deferred_walk_failed):
+                            record(deferred_walker.status)
+                            m.next = "Drain"
+                        with m.Elif(deferred_walker.status.done):
+                            if mode is None:
+                                start_walk(WalkMode.UPDATE)
+                            else:
+                                start_deferred_walk(mode)
+                            m.next = following
 
             with m.State("Accumulate"):
                 with m.If(bus_error):
@@ -598,7 +635,8 @@ class UpdateEngine(wiring.Component):
                     m.next = "Drain"
                 with m.Elif(~unique.o.valid & datapath.accumulate_idle):
                     with m.If((unique.count == 0) & correcting):
-                        m.next = "Correct-Start"
+                        if relaxed:
+                            m.next = "Correct-Start"
                     with m.Elif(unique.count == 0):
                         m.next = "Flush"
                     with m.Else():
@@ -619,7 +657,8 @@ class UpdateEngine(wiring.Component):
                 with m.Elif(~row_fetch.busy & datapath.apply_idle):
                     with m.If(correcting):
                         # The CAM keeps the chunk's rows for the correction's lookups.
-                        m.next = "Correct-Start"
+                        if relaxed:
+                            m.next = "Correct-Start"
                     with m.Elif(last_chunk):
                         m.d.comb += unique.clear.eq(1)
                         m.next = "Flush"
@@ -627,28 +666,29 @@ class UpdateEngine(wiring.Component):
                         m.d.comb += unique.clear.eq(1)
                         m.next = "Accumulate"
 
-            with m.State("Correct-Start"):
-                # A bag the previous chunk's correction stored to memory is loaded again by
-                # this one: every write completes first.
-                with m.If(bus_error):
-                    m.next = "Drain"
-                with m.Elif(writes_settled | ~corrector.spilled):
-                    start_deferred_walk(WalkMode.UPDATE)
-                    m.d.comb += corrector.start.eq(1)
-                    m.next = "Correct"
+            if relaxed:
+                with m.State("Correct-Start"):
+                    # A bag the previous chunk's correction stored to memory is loaded again by
+                    # this one: every write completes first.
+                    with m.If(bus_error):
+                        m.next = "Drain"
+                    with m.Elif(writes_settled | ~corrector.spilled):
+                        start_deferred_walk(WalkMode.UPDATE)
+                        m.d.comb += corrector.start.eq(1)
+                        m.next = "Correct"
 
-            with m.State("Correct"):
-                with m.If(bus_error):
-                    m.next = "Drain"
-                with m.Elif(deferred_walk_failed):  # only if memory changed since validation
-                    record(deferred_walker.status)
-                    m.next = "Drain"
-                with m.Elif(corrector.done & datapath.correction_idle):
-                    with m.If(last_chunk):
-                        m.next = "Flush"
-                    with m.Else():
-                        m.d.comb += unique.clear.eq(1)
-                        m.next = "Accumulate"
+                with m.State("Correct"):
+                    with m.If(bus_error):
+                        m.next = "Drain"
+                    with m.Elif(deferred_walk_failed):  # only if memory changed since validation
+                        record(deferred_walker.status)
+                        m.next = "Drain"
+                    with m.Elif(corrector.done & datapath.correction_idle):
+                        with m.If(last_chunk):
+                            m.next = "Flush"
+                        with m.Else():
+                            m.d.comb += unique.clear.eq(1)
+                            m.next = "Accumulate"
 
             with m.State("Flush"):
                 with m.If(bus_error):

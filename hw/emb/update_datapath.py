@@ -93,6 +93,10 @@ class UpdateDatapath(wiring.Component):
     cached_bags : int
         Entries of the bag store (``lines_per_slot`` lines each) for LOAD and STORE ops with
         ``cached``; 0 (the default): none, every bag goes through memory.
+    corrections : bool
+        Build the correction of a relaxed lookup (default True). Without it there are no
+        ``keep_deltas``, ``correction``, ``bag_lines`` and ``correction_idle`` ports, no bag
+        registers and no ``new - old`` path, and ``cached_bags`` must be 0.
 
     Members
     -------
@@ -111,11 +115,11 @@ class UpdateDatapath(wiring.Component):
     writes_queued : ``Out(1)``
         Finished row lines wait in the write queue (counted by level: the queue's ``valid``
         lags a write by a cycle or two).
-    keep_deltas : ``In(1)``
+    keep_deltas : ``In(1)`` (with ``corrections``)
         Apply also stores ``new - old`` per line in the gradient buffer (hold it for the whole
         command). A line then takes the adder twice, so apply admits one only when both of
         its adder cycles are free: at least one line every other cycle.
-    correction : ``In(stream.Signature(correction_op_layout(...)))``
+    correction : ``In(stream.Signature(correction_op_layout(...)))`` (with ``corrections``)
         Correction ops (:class:`CorrectionKind`), run in order one line per cycle.
     bag_lines : ``In(stream.Signature(512))``
         Lines for LOAD ops.
@@ -124,7 +128,12 @@ class UpdateDatapath(wiring.Component):
     """
 
     def __init__(self, *, capacity, lines_per_slot, line_address_width, mul_stages=None,
-                 add_stages=None, write_depth=None, shared_lanes=False, cached_bags=0):
+                 add_stages=None, write_depth=None, shared_lanes=False, cached_bags=0,
+                 corrections=True):
+        if cached_bags and not corrections:
+            raise ValueError(f"A bag store needs the corrections: cached_bags must be 0 "
+                             f"without them, not {cached_bags!r}")
+        self._corrections = bool(corrections)
         self._capacity = capacity
         self._cached_bags = cached_bags
         self._lines_per_slot = lines_per_slot
@@ -151,8 +160,19 @@ class UpdateDatapath(wiring.Component):
                                                         tag_width=self._mul_tag.size)),
                      "add_lanes": In(fp_lanes_signature(op="add", lanes=_LANES,
                                                         tag_width=self._add_tag.size))}
+        correction_ports = {}
+        if self._corrections:
+            correction_ports = {
+                "keep_deltas": In(1),
+                "correction": In(stream.Signature(correction_op_layout(
+                    slot_width=self._slot_width, line_width=self._line_width,
+                    line_address_width=line_address_width, bag_width=self.bag_width))),
+                "bag_lines": In(stream.Signature(LINE_BITS)),
+                "correction_idle": Out(1),
+            }
         super().__init__({
             **lanes,
+            **correction_ports,
             "accumulate": In(stream.Signature(data.StructLayout({
                 "slot": unsigned(self._slot_width), "fresh": 1, "scale": 32,
                 "lines": unsigned(self._line_width)}))),
@@ -167,12 +187,6 @@ class UpdateDatapath(wiring.Component):
             "accumulate_idle": Out(1),
             "apply_idle": Out(1),
             "writes_queued": Out(1),
-            "keep_deltas": In(1),
-            "correction": In(stream.Signature(correction_op_layout(
-                slot_width=self._slot_width, line_width=self._line_width,
-                line_address_width=line_address_width, bag_width=self.bag_width))),
-            "bag_lines": In(stream.Signature(LINE_BITS)),
-            "correction_idle": Out(1),
         })
 
     @staticmethod
@@ -198,6 +212,11 @@ class UpdateDatapath(wiring.Component):
     @property
     def cached_bags(self):
         return self._cached_bags
+
+    @property
+    def corrections(self):
+        """Whether the correction of a relaxed lookup is built."""
+        return self._corrections
 
     @property
     def bag_width(self):
@@ -252,30 +271,36 @@ class UpdateDatapath(wiring.Component):
             self.writes.payload.eq(writes.r_data),
             writes.r_en.eq(self.writes.ready),
         ]
-        # A relaxed lookup's bag being corrected (registers: at most max_dim / 16 lines).
-        bag = Array(Signal(LINE_BITS, name=f"bag_{line}") for line in range(lps))
-        # The bag store: a read answers the cycle after, into ``bag`` (``store_loading``).
-        store_loading = Signal(data.StructLayout({"valid": 1, "line": self._line_width}))
-        if self._cached_bags:
-            bag_store = m.submodules.bag_store = Memory(
-                shape=LINE_BITS, depth=self._cached_bags * lps, init=[])
-            store_write = bag_store.write_port()
-            store_read = bag_store.read_port()
-
         accumulating = Signal(range(self.accumulate_latency + 2))
         applying = Signal(range(self._write_depth + 1))
-        subtracting = Signal(range(self._write_depth + 2))  # apply's ``new - old`` in flight
-        correcting = Signal(range(self.accumulate_latency + 4))  # CORRECT/SCALE in flight
-        scaling = Signal(range(self.accumulate_latency + 4))     # SCALE in flight
-        feedback_valid = Signal()
-        correction_staged = Signal()
         m.d.comb += [
             self.accumulate_idle.eq((accumulating == 0) & ~self.accumulate.valid),
-            self.apply_idle.eq((applying == 0) & (subtracting == 0) & ~feedback_valid),
             self.writes_queued.eq(writes.level != 0),
-            self.correction_idle.eq((correcting == 0) & ~correction_staged &
-                                    ~store_loading.valid & ~self.correction.valid),
         ]
+        # Without corrections nothing keeps deltas, so apply's adder has no second pass.
+        keep_deltas = self.keep_deltas if self._corrections else Const(0)
+        if self._corrections:
+            # A relaxed lookup's bag being corrected (registers: at most max_dim / 16 lines).
+            bag = Array(Signal(LINE_BITS, name=f"bag_{line}") for line in range(lps))
+            # The bag store: a read answers the cycle after, into ``bag`` (``store_loading``).
+            store_loading = Signal(data.StructLayout({"valid": 1, "line": self._line_width}))
+            if self._cached_bags:
+                bag_store = m.submodules.bag_store = Memory(
+                    shape=LINE_BITS, depth=self._cached_bags * lps, init=[])
+                store_write = bag_store.write_port()
+                store_read = bag_store.read_port()
+            subtracting = Signal(range(self._write_depth + 2))  # ``new - old`` in flight
+            correcting = Signal(range(self.accumulate_latency + 4))  # CORRECT/SCALE in flight
+            scaling = Signal(range(self.accumulate_latency + 4))     # SCALE in flight
+            feedback_valid = Signal()
+            correction_staged = Signal()
+            m.d.comb += [
+                self.apply_idle.eq((applying == 0) & (subtracting == 0) & ~feedback_valid),
+                self.correction_idle.eq((correcting == 0) & ~correction_staged &
+                                        ~store_loading.valid & ~self.correction.valid),
+            ]
+        else:
+            m.d.comb += self.apply_idle.eq(applying == 0)
 
         # Accumulate: one gradient line per cycle, unless the line is still being summed.
         occurrence = self.accumulate.payload
@@ -315,10 +340,10 @@ class UpdateDatapath(wiring.Component):
         m.d.comb += apply_go.eq(
             self.rows.valid & self.row_context.valid & (accumulating == 0) &
             ~wants_accumulate & (writes.level + applying < self._write_depth) &
-            (~self.keep_deltas | adder_free))
+            (~keep_deltas | adder_free))
         m.d.sync += adder_booked.eq(
             (adder_booked >> 1) |
-            Mux(apply_go & self.keep_deltas,
+            Mux(apply_go & keep_deltas,
                 (1 << (product_slot - 1)) | (1 << (delta_slot - 1)), 0))
         apply_row = Signal(LINE_BITS)
         apply_address = Signal(self._line_address_width)
@@ -334,73 +359,75 @@ class UpdateDatapath(wiring.Component):
             m.d.sync += [apply_row.eq(self.rows.payload), apply_address.eq(context.address),
                          apply_buffer.eq(stage_a_buffer)]
 
-        # Correction ops, stage 0: one line per cycle (reading its delta for CORRECT);
-        # stage 1 feeds the multiplier.
-        op = self.correction.payload
-        op_line = Signal(self._line_width)
-        op_last = op_line + 1 == op.lines
-        bag_recent = [Signal(data.StructLayout({"valid": 1, "line": self._line_width}),
-                             name=f"bag_recent_{age}") for age in range(self.hazard_window)]
-        bag_line_busy = Cat(*(entry.valid & (entry.line == op_line)
-                              for entry in bag_recent)).any()
-        correct_go = Signal()
-        scale_go = Signal()
-        load_go = Signal()
-        store_go = Signal()
-        quiet = (correcting == 0) & ~correction_staged & ~store_loading.valid
-        from_store = op.cached if self._cached_bags else Const(0)
-        with m.If(self.correction.valid):
-            with m.Switch(op.kind):
-                with m.Case(CorrectionKind.LOAD):
-                    m.d.comb += load_go.eq(quiet & (from_store | self.bag_lines.valid))
-                with m.Case(CorrectionKind.CORRECT):
-                    m.d.comb += correct_go.eq(~bag_line_busy)
-                with m.Case(CorrectionKind.SCALE):
-                    # (Every op in flight, staged ones included, is a SCALE: no CORRECT left.)
-                    m.d.comb += scale_go.eq(correcting == scaling)
-                with m.Case(CorrectionKind.STORE):
-                    m.d.comb += store_go.eq(quiet & (from_store | writes.w_rdy))
-        op_go = load_go | correct_go | scale_go | store_go
-        with m.If(op_go):
-            with m.If(op_last):
-                m.d.comb += self.correction.ready.eq(1)
-                m.d.sync += op_line.eq(0)
-            with m.Else():
-                m.d.sync += op_line.eq(op_line + 1)
-        m.d.comb += self.bag_lines.ready.eq(load_go & ~from_store)
-        m.d.sync += [store_loading.valid.eq(load_go & from_store),
-                     store_loading.line.eq(op_line)]
-        with m.If(load_go & ~from_store):
-            m.d.sync += bag[op_line].eq(self.bag_lines.payload)
-        if self._cached_bags:
-            store_line = op.bag * lps + op_line
-            m.d.comb += [
-                store_read.addr.eq(store_line),
-                store_write.addr.eq(store_line),
-                store_write.data.eq(bag[op_line]),
-                store_write.en.eq(store_go & from_store),
-            ]
-            with m.If(store_loading.valid):
-                m.d.sync += bag[store_loading.line].eq(store_read.data)
-        for newer, older in zip([None, *bag_recent], bag_recent, strict=False):
-            if newer is None:
-                m.d.sync += [older.valid.eq(correct_go), older.line.eq(op_line)]
-            else:
-                m.d.sync += older.eq(newer)
-        staged_job = Signal(_Job)
-        staged_line = Signal(self._line_width)
-        staged_factor = Signal(32)
-        m.d.sync += correction_staged.eq(correct_go | scale_go)
-        with m.If(correct_go | scale_go):
-            m.d.sync += [staged_job.eq(Mux(correct_go, _Job.CORRECT, _Job.SCALE)),
-                         staged_line.eq(op_line), staged_factor.eq(op.factor)]
+        if self._corrections:
+            # Correction ops, stage 0: one line per cycle (reading its delta for CORRECT);
+            # stage 1 feeds the multiplier.
+            op = self.correction.payload
+            op_line = Signal(self._line_width)
+            op_last = op_line + 1 == op.lines
+            bag_recent = [Signal(data.StructLayout({"valid": 1, "line": self._line_width}),
+                                 name=f"bag_recent_{age}") for age in range(self.hazard_window)]
+            bag_line_busy = Cat(*(entry.valid & (entry.line == op_line)
+                                  for entry in bag_recent)).any()
+            correct_go = Signal()
+            scale_go = Signal()
+            load_go = Signal()
+            store_go = Signal()
+            quiet = (correcting == 0) & ~correction_staged & ~store_loading.valid
+            from_store = op.cached if self._cached_bags else Const(0)
+            with m.If(self.correction.valid):
+                with m.Switch(op.kind):
+                    with m.Case(CorrectionKind.LOAD):
+                        m.d.comb += load_go.eq(quiet & (from_store | self.bag_lines.valid))
+                    with m.Case(CorrectionKind.CORRECT):
+                        m.d.comb += correct_go.eq(~bag_line_busy)
+                    with m.Case(CorrectionKind.SCALE):
+                        # (Every op in flight, staged ones included, is a SCALE: no CORRECT left.)
+                        m.d.comb += scale_go.eq(correcting == scaling)
+                    with m.Case(CorrectionKind.STORE):
+                        m.d.comb += store_go.eq(quiet & (from_store | writes.w_rdy))
+            op_go = load_go | correct_go | scale_go | store_go
+            with m.If(op_go):
+                with m.If(op_last):
+                    m.d.comb += self.correction.ready.eq(1)
+                    m.d.sync += op_line.eq(0)
+                with m.Else():
+                    m.d.sync += op_line.eq(op_line + 1)
+            m.d.comb += self.bag_lines.ready.eq(load_go & ~from_store)
+            m.d.sync += [store_loading.valid.eq(load_go & from_store),
+                         store_loading.line.eq(op_line)]
+            with m.If(load_go & ~from_store):
+                m.d.sync += bag[op_line].eq(self.bag_lines.payload)
+            if self._cached_bags:
+                store_line = op.bag * lps + op_line
+                m.d.comb += [
+                    store_read.addr.eq(store_line),
+                    store_write.addr.eq(store_line),
+                    store_write.data.eq(bag[op_line]),
+                    store_write.en.eq(store_go & from_store),
+                ]
+                with m.If(store_loading.valid):
+                    m.d.sync += bag[store_loading.line].eq(store_read.data)
+            for newer, older in zip([None, *bag_recent], bag_recent, strict=False):
+                if newer is None:
+                    m.d.sync += [older.valid.eq(correct_go), older.line.eq(op_line)]
+                else:
+                    m.d.sync += older.eq(newer)
+            staged_job = Signal(_Job)
+            staged_line = Signal(self._line_width)
+            staged_factor = Signal(32)
+            m.d.sync += correction_staged.eq(correct_go | scale_go)
+            with m.If(correct_go | scale_go):
+                m.d.sync += [staged_job.eq(Mux(correct_go, _Job.CORRECT, _Job.SCALE)),
+                             staged_line.eq(op_line), staged_factor.eq(op.factor)]
 
         # Multiplier input: an accumulation, an apply stage B or a correction stage 1, never
         # two at once (the engine runs one phase at a time).
         mul_in = multiplier.i.payload
         mul_in_tag = Signal(mul_tag)
         m.d.comb += [
-            multiplier.i.valid.eq(accumulate_go | apply_ready | correction_staged),
+            multiplier.i.valid.eq(accumulate_go | apply_ready |
+                                  (correction_staged if self._corrections else 0)),
             mul_in.tag.eq(mul_in_tag),
         ]
         with m.If(apply_ready):
@@ -412,14 +439,15 @@ class UpdateDatapath(wiring.Component):
                 mul_in_tag.address.eq(apply_address),
                 mul_in_tag.buffer.eq(apply_buffer),
             ]
-        with m.Elif(correction_staged):
-            m.d.comb += [
-                mul_in.a.eq(Mux(staged_job == _Job.CORRECT, buffer_read.data,
-                                bag[staged_line])),
-                mul_in.b.eq(Cat(*[staged_factor] * _LANES)),
-                mul_in_tag.job.eq(staged_job),
-                mul_in_tag.buffer.eq(staged_line),
-            ]
+        if self._corrections:
+            with m.Elif(correction_staged):
+                m.d.comb += [
+                    mul_in.a.eq(Mux(staged_job == _Job.CORRECT, buffer_read.data,
+                                    bag[staged_line])),
+                    mul_in.b.eq(Cat(*[staged_factor] * _LANES)),
+                    mul_in_tag.job.eq(staged_job),
+                    mul_in_tag.buffer.eq(staged_line),
+                ]
         with m.Else():
             m.d.comb += [
                 mul_in.a.eq(self.gradient.payload),
@@ -436,8 +464,9 @@ class UpdateDatapath(wiring.Component):
         m.d.comb += product_tag.eq(multiplier.o.payload.tag)
         with m.If(multiplier.o.valid & (product_tag.job == _Job.ACCUMULATE)):
             m.d.comb += buffer_read.addr.eq(product_tag.buffer)
-        with m.Elif(self.correction.valid & (op.kind == CorrectionKind.CORRECT)):
-            m.d.comb += buffer_read.addr.eq(op.slot * lps + op_line)
+        if self._corrections:
+            with m.Elif(self.correction.valid & (op.kind == CorrectionKind.CORRECT)):
+                m.d.comb += buffer_read.addr.eq(op.slot * lps + op_line)
         with m.Else():
             m.d.comb += buffer_read.addr.eq(stage_a_buffer)
 
@@ -450,29 +479,32 @@ class UpdateDatapath(wiring.Component):
             held_product.eq(multiplier.o.payload.result),
             held_tag.eq(product_tag),
         ]
-        # Apply's new line and its old one, back into the adder the cycle after (``new - old``).
-        feedback = Signal(data.StructLayout({"new": LINE_BITS, "old": LINE_BITS,
-                                             "buffer": buffer_address}))
         add_in = adder.i.payload
         add_in_tag = Signal(add_tag)
         m.d.comb += add_in.tag.eq(add_in_tag)
-        with m.If(feedback_valid):
-            m.d.comb += [
-                adder.i.valid.eq(1),
-                add_in.a.eq(feedback.new),
-                add_in.b.eq(feedback.old),
-                add_in.sub.eq(1),
-                add_in_tag.job.eq(_Job.DELTA),
-                add_in_tag.buffer.eq(feedback.buffer),
-            ]
-        with m.Else():
+        if self._corrections:
+            # Apply's new line and its old one, back into the adder the cycle after
+            # (``new - old``).
+            feedback = Signal(data.StructLayout({"new": LINE_BITS, "old": LINE_BITS,
+                                                 "buffer": buffer_address}))
+            with m.If(feedback_valid):
+                m.d.comb += [
+                    adder.i.valid.eq(1),
+                    add_in.a.eq(feedback.new),
+                    add_in.b.eq(feedback.old),
+                    add_in.sub.eq(1),
+                    add_in_tag.job.eq(_Job.DELTA),
+                    add_in_tag.buffer.eq(feedback.buffer),
+                ]
+        with m.If(~feedback_valid if self._corrections else 1):
             with m.Switch(held_tag.job):
                 with m.Case(_Job.APPLY):
                     m.d.comb += [add_in.a.eq(held_tag.row), add_in.sub.eq(1)]
-                with m.Case(_Job.CORRECT):
-                    m.d.comb += add_in.a.eq(bag[held_tag.buffer])
-                with m.Case(_Job.SCALE):
-                    m.d.comb += add_in.a.eq(_NEGATIVE_ZERO_LINE)
+                if self._corrections:
+                    with m.Case(_Job.CORRECT):
+                        m.d.comb += add_in.a.eq(bag[held_tag.buffer])
+                    with m.Case(_Job.SCALE):
+                        m.d.comb += add_in.a.eq(_NEGATIVE_ZERO_LINE)
                 with m.Default():
                     m.d.comb += add_in.a.eq(Mux(held_tag.fresh, Const(0, LINE_BITS),
                                                 buffer_read.data))
@@ -492,29 +524,34 @@ class UpdateDatapath(wiring.Component):
         result = adder.o.payload.result
         job_done = {job: adder.o.valid & (result_tag.job == job) for job in _Job}
         finished_apply = job_done[_Job.APPLY]
-        m.d.sync += feedback_valid.eq(finished_apply & self.keep_deltas)
+        m.d.comb += [
+            buffer_write.en.eq(job_done[_Job.ACCUMULATE] |
+                               (job_done[_Job.DELTA] if self._corrections else 0)),
+            buffer_write.addr.eq(result_tag.buffer),
+            buffer_write.data.eq(result),
+            writes.w_en.eq(finished_apply),
+            writes.w_data.eq(Cat(result_tag.address, result)),
+        ]
+        m.d.sync += [
+            accumulating.eq(accumulating + accumulate_go - job_done[_Job.ACCUMULATE]),
+            applying.eq(applying + apply_go - finished_apply),
+        ]
+        if not self._corrections:
+            return m
+
+        m.d.sync += feedback_valid.eq(finished_apply & keep_deltas)
         with m.If(finished_apply):
             m.d.sync += [feedback.new.eq(result), feedback.old.eq(result_tag.row),
                          feedback.buffer.eq(result_tag.buffer)]
         with m.If(job_done[_Job.CORRECT] | job_done[_Job.SCALE]):
             m.d.sync += bag[result_tag.buffer[:self._line_width]].eq(result)
-        m.d.comb += [
-            buffer_write.en.eq(job_done[_Job.ACCUMULATE] | job_done[_Job.DELTA]),
-            buffer_write.addr.eq(result_tag.buffer),
-            buffer_write.data.eq(result),
-        ]
-        with m.If(store_go & ~from_store):
+        with m.If(store_go & ~from_store):  # (the engine never applies while it corrects)
             m.d.comb += [writes.w_en.eq(1),
                          writes.w_data.eq(Cat((op.address + op_line)[:self._line_address_width],
                                              bag[op_line]))]
-        with m.Else():
-            m.d.comb += [writes.w_en.eq(finished_apply),
-                         writes.w_data.eq(Cat(result_tag.address, result))]
         finished_correct = job_done[_Job.CORRECT] | job_done[_Job.SCALE]
         m.d.sync += [
-            accumulating.eq(accumulating + accumulate_go - job_done[_Job.ACCUMULATE]),
-            applying.eq(applying + apply_go - finished_apply),
-            subtracting.eq(subtracting + (finished_apply & self.keep_deltas)
+            subtracting.eq(subtracting + (finished_apply & keep_deltas)
                            - job_done[_Job.DELTA]),
             correcting.eq(correcting + (correct_go | scale_go) - finished_correct),
             scaling.eq(scaling + scale_go - job_done[_Job.SCALE]),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from hw.emb.engine import EmbeddingEngine
@@ -21,6 +22,8 @@ from hw.emb.layouts import (
     status_layout,
     table_layout,
 )
+from hw.emb.update_correct import CorrectionSequencer
+from hw.emb.update_walker import OccurrenceWalker
 from sw_model import embedding_bag_tbe, relaxed_lookup, sparse_sgd_update, update_deltas
 from tb.emb.cases import same_bits
 from tb.emb.update_pysim import AxiMemoryModel
@@ -114,7 +117,10 @@ def run(engine, image, steps, *, descriptors, deadline=100_000):
         ctx.set(engine.regions, data_regions())
         ctx.set(engine.lr, int(LR.view(np.uint32)))
         for command, relaxed in steps:
-            ctx.set(engine.relaxed, relaxed)
+            if engine.relaxed_lookup:
+                ctx.set(engine.relaxed, relaxed)
+            else:
+                assert not relaxed, "this engine has no relaxed lookup"
             ctx.set(engine.cmd.payload, command_layout(AW).const(command))
             ctx.set(engine.cmd.valid, 1)
             await ctx.tick().until(engine.cmd.ready)
@@ -255,3 +261,50 @@ def test_chunked_update_corrects_chunk_by_chunk(mode, correction_bags):
     assert max(writes[:correction_bags], default=2) <= 2, writes
     if correction_bags == 0:
         assert max(writes) > 2, writes   # some bag went through memory after several chunks
+
+
+def units_of(design, kind):
+    """How many ``kind`` components the elaborated design holds."""
+    def walk(fragment):
+        found = sum(isinstance(origin, kind) for origin in fragment.origins or ())
+        return found + sum(walk(sub) for sub, _, _ in fragment.subfragments)
+    return walk(Fragment.get(design, None))
+
+
+def test_engine_without_relaxed_lookup_runs_strict_and_builds_no_correction():
+    """``relaxed_lookup=False`` (the board's configuration): no relaxed ports, one walker, no
+    correction sequencer; LOOKUP(0), a chunked UPDATE(0) and LOOKUP(1) still match the golden
+    model bit for bit."""
+    mode = PoolingMode.MEAN
+    capacity = 4
+    engine = EmbeddingEngine(**PARAMS, max_unique_rows=capacity, relaxed_lookup=False)
+    assert not engine.relaxed_lookup
+    assert not {"relaxed", "deferred", "forget_deferred"} & set(engine.signature.members)
+    assert units_of(engine, CorrectionSequencer) == 0
+    assert units_of(engine, OccurrenceWalker) == 1
+    relaxed_engine = EmbeddingEngine(**PARAMS, max_unique_rows=capacity)
+    assert (units_of(relaxed_engine, CorrectionSequencer),
+            units_of(relaxed_engine, OccurrenceWalker)) == (1, 2)
+
+    case = TwoBatches.draw(np.random.default_rng(33), (mode, mode))
+    bags, batches = case.bags, case.batches
+    steps = [(command(Opcode.LOOKUP, 0, batches[0], bags, 2, "output"), 0),
+             (command(Opcode.UPDATE, 0, batches[0], bags, 2, "gradient"), 0),
+             (command(Opcode.LOOKUP, 1, batches[1], bags, 2, "output"), 0)]
+    statuses, _ = run(engine, case.image, steps, descriptors=case.descriptors)
+    assert [s.error for s in statuses] == [ErrorCode.NONE] * 3
+
+    def tbe(batch):
+        return batch.indices.astype(np.int64), batch.offsets.astype(np.int64), "mean"
+
+    update = sparse_sgd_update(case.tables, case.gradient, *tbe(batches[0]), LR,
+                               max_unique_rows=capacity)
+    assert len(update.chunks) >= 2   # the update is chunked
+    for t in range(2):
+        got = read_floats(case.image, case.table_base[t],
+                          case.rows[t] * case.dims[t]).reshape(case.rows[t], case.dims[t])
+        assert same_bits(got, update.tables[t]).all(), f"table {t}"
+    for k, tables in enumerate([case.tables, update.tables]):
+        expected = embedding_bag_tbe(tables, *tbe(batches[k]))
+        got = read_floats(case.image, batches[k].addresses["output"], bags * sum(case.dims))
+        assert same_bits(got.reshape(bags, -1), expected).all(), f"batch {k} output"

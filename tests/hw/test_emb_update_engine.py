@@ -50,8 +50,10 @@ BAD_PARAMETERS = [
     ("write_buffer_lines", 18,
      rf"Write buffer must be at least {FPMul.DEFAULT_STAGES + FPAdd.DEFAULT_STAGES + 5} lines "
      rf"\(the apply latency \+ 3\), not 18"),
-    ("correction_bags", -1, r"Correction bag count must be an integer in 0\.\.4096, not -1"),
-    ("correction_bags", True, r"Correction bag count must be an integer in 0\.\.4096, not True"),
+    ("correction_bags", -1,
+     r"Correction bag count must be None or an integer in 0\.\.4096, not -1"),
+    ("correction_bags", True,
+     r"Correction bag count must be None or an integer in 0\.\.4096, not True"),
 ]
 
 
@@ -59,6 +61,17 @@ BAD_PARAMETERS = [
 def test_constructor_rejects_bad_parameters(name, value, message):
     with pytest.raises(ValueError, match=f"^{message}$"):
         UpdateEngine(**{name: value})
+
+
+def test_correction_bags_need_the_relaxed_lookup():
+    with pytest.raises(ValueError, match=r"^Correction bags need the relaxed lookup: without "
+                                         r"it the count must be None or 0, not 4$"):
+        UpdateEngine(relaxed_lookup=False, correction_bags=4)
+    with pytest.raises(TypeError, match=r"^Relaxed lookup must be True or False, not 1$"):
+        UpdateEngine(relaxed_lookup=1)
+    assert UpdateEngine(relaxed_lookup=False, correction_bags=0).correction_bags == 0
+    assert UpdateEngine(relaxed_lookup=False).correction_bags == 0
+    assert UpdateEngine().correction_bags == 64
 
 
 def test_derived_figures_and_ports():
@@ -75,7 +88,12 @@ def test_derived_figures_and_ports():
     assert set(engine.signature.members) == {
         "cmd", "done", "tables", "regions", "lr", "axi", "counters", "correct",
         "correct_enable"}
+    strict = UpdateEngine(relaxed_lookup=False)
+    assert not strict.relaxed_lookup
+    assert set(strict.signature.members) == {
+        "cmd", "done", "tables", "regions", "lr", "axi", "counters"}
     defaults = UpdateEngine()
+    assert defaults.relaxed_lookup
     assert (defaults.mul_latency, defaults.add_latency) == (FPMul.DEFAULT_STAGES,
                                                             FPAdd.DEFAULT_STAGES)
 
@@ -87,6 +105,10 @@ CORNERS = {
     "capacity 2, short FP": dict(
         max_tables=2, max_dim=32, num_regions=3, addr_width=24, id_width=1,
         max_unique_rows=2, mul_stages=1, add_stages=2, outstanding_reads=4),
+    "capacity 2, no relaxed lookup (the board's)": dict(
+        max_tables=2, max_dim=32, num_regions=3, addr_width=24, id_width=1,
+        max_unique_rows=2, mul_stages=2, add_stages=2, outstanding_reads=4,
+        relaxed_lookup=False),
 }
 
 

@@ -9,6 +9,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
+from hw.emb.update_datapath import UpdateDatapath
 from hw.emb.update_reads import ReadRouter, WordReader
 from hw.emb.update_reciprocal import Reciprocal, reciprocal_bits
 from hw.emb.update_rows import UniqueRows
@@ -399,3 +400,15 @@ def test_write_queue_drops_unoffered_writes_after_stop():
             assert taken and not aw_valid and not w_valid
 
     simulate(dut, testbench, deadline=100)
+
+
+def test_datapath_without_corrections_has_no_correction_ports():
+    kwargs = dict(capacity=4, lines_per_slot=2, line_address_width=10)
+    strict = UpdateDatapath(**kwargs, corrections=False)
+    assert not strict.corrections
+    correction_ports = {"keep_deltas", "correction", "bag_lines", "correction_idle"}
+    assert not correction_ports & set(strict.signature.members)
+    assert correction_ports <= set(UpdateDatapath(**kwargs).signature.members)
+    with pytest.raises(ValueError, match=r"^A bag store needs the corrections: cached_bags "
+                                         r"must be 0 without them, not 2$"):
+        UpdateDatapath(**kwargs, corrections=False, cached_bags=2)
