@@ -10,6 +10,7 @@ the target was met, and callers decide whether that is an error.
 import copy
 import json
 import re
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -35,18 +36,20 @@ _NEXTPNR_OPTS = f"--report {REPORT_FILE} --timing-allow-fail"
 
 
 def prepare_plan(platform, top, *, name="top", block_ram_min_width=None,
-                 undefined_collisions=False, router=None, **overrides):
+                 undefined_collisions=False, router=None, nextpnr_extra=(), **overrides):
     """``platform.build(top, do_build=False)`` with the open toolchain selected.
 
-    For ECP5 platforms the nextpnr report options are added (and ``--router router``), and
+    For ECP5 platforms the nextpnr report options are added (and ``--router router``, then
+    the arguments in ``nextpnr_extra``, such as ``("--placer-heap-beta", "0.7")``), and
     with ``block_ram_min_width`` the Yosys script puts written memories at least that wide
     (and 3 words deep) in block RAM (:func:`block_ram_script`, which also explains
     ``undefined_collisions``; the design is then elaborated twice). ``overrides`` are passed
     on to Amaranth's template overrides.
     """
     if getattr(platform, "family", None) == "ecp5":
-        overrides.setdefault("nextpnr_opts",
-                             _NEXTPNR_OPTS + ("" if router is None else f" --router {router}"))
+        options = [_NEXTPNR_OPTS, *([] if router is None else ["--router", router]),
+                   *map(shlex.quote, nextpnr_extra)]
+        overrides.setdefault("nextpnr_opts", " ".join(options))
         if block_ram_min_width is not None:
             # A platform prepares once; the first pass uses a copy.
             rtlil = prepare_plan(copy.deepcopy(platform), top, name=name).files[f"{name}.il"]
@@ -202,9 +205,10 @@ def run_ecp5_synthesis(platform, top, *, build_dir, name="top", extra_summary=No
 
 
 def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
-                   block_ram_min_width=None, undefined_collisions=False, router=None):
+                   block_ram_min_width=None, undefined_collisions=False, router=None,
+                   nextpnr_extra=()):
     """Build ``top`` for ``platform`` in ``build_dir`` and summarise nextpnr's report
-    (``block_ram_min_width``, ``undefined_collisions``, ``router``: see
+    (``block_ram_min_width``, ``undefined_collisions``, ``router``, ``nextpnr_extra``: see
     :func:`prepare_plan`).
 
     Returns the summary (also written to ``build_dir/summary.json``): the fields of
@@ -214,7 +218,8 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
     _check_ecp5(platform)
     build_dir = Path(build_dir)
     plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width,
-                        undefined_collisions=undefined_collisions, router=router)
+                        undefined_collisions=undefined_collisions, router=router,
+                        nextpnr_extra=nextpnr_extra)
     started = time.monotonic()
     plan.execute_local(str(build_dir), env=open_toolchain_env())
     seconds = time.monotonic() - started

@@ -5,6 +5,7 @@ Usage::
     python -m boards.synth --board ulx3s-85f                  # bitstream + report + summary
     python -m boards.synth --board ulx3s-85f --clock-mhz 80   # another PLL frequency
     python -m boards.synth --board ulx3s-85f --synth-only     # Yosys alone: utilisation
+    python -m boards.synth --board ulx3s-85f --nextpnr-extra "--placer-heap-beta 0.7"
     python -m boards.synth --board ecpix5-85 --design fp --lanes 4 --vectors 32
     python -m boards.synth --board alveo-u200 --no-build      # Vivado project and script
     python -m boards.synth --board agilex7-iseries-dk --no-build
@@ -31,6 +32,7 @@ UART at 115200 baud.
 """
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -100,6 +102,10 @@ def _parse_args(argv):
     parser.add_argument("--clock-mhz", type=float, default=None,
                         help=f"design clock (default: emb {EMB_CLOCK_MHZ:g} MHz, fp the board "
                              f"clock slowed to the family's limit)")
+    parser.add_argument("--nextpnr-extra", type=shlex.split, default=[], metavar="ARGS",
+                        help="more nextpnr arguments, one quoted string (e.g. "
+                             "'--router2-heatmap heat/ --placer-heap-beta 0.7'; "
+                             "relative paths are in the build directory)")
     parser.add_argument("--allow-timing-fail", action="store_true",
                         help="exit 0 even if the clock constraint is not met")
     return parser.parse_args(argv)
@@ -131,11 +137,18 @@ def main(argv=None):
     if args.synth_only and args.no_build:
         print("error: --synth-only and --no-build exclude each other", file=sys.stderr)
         return 2
+    if args.nextpnr_extra and (args.synth_only or not board.open_toolchain):
+        print("error: --nextpnr-extra is for builds that run nextpnr (an open-toolchain "
+              "board, without --synth-only)", file=sys.stderr)
+        return 2
+    if args.nextpnr_extra:
+        facts["nextpnr_extra"] = args.nextpnr_extra
     top = DESIGNS[args.design](**options)
     platform = board.make_platform()
 
     if args.no_build or not board.open_toolchain:
-        plan = prepare_plan(platform, top, **_BUILD_OPTIONS[args.design])
+        plan = prepare_plan(platform, top, **_BUILD_OPTIONS[args.design],
+                            nextpnr_extra=args.nextpnr_extra)
         plan.extract(str(out_dir))
         write_summary(out_dir / "summary.json",
                       {**facts, "built": False, "script": f"{plan.script}.sh",
@@ -159,7 +172,7 @@ def main(argv=None):
         return 0
     summary = run_ecp5_build(platform, top, build_dir=out_dir,
                              extra_summary={**facts, "built": True},
-                             **_BUILD_OPTIONS[args.design])
+                             **_BUILD_OPTIONS[args.design], nextpnr_extra=args.nextpnr_extra)
     _print_summary(summary)
     if not summary["timing_met"] and not args.allow_timing_fail:
         print("error: timing not met (see report.json); --allow-timing-fail accepts it",

@@ -78,6 +78,21 @@ def test_synth_only_refuses_vendor_boards_and_no_build(capsys):
     assert "--synth-only and --no-build exclude each other" in capsys.readouterr().err
 
 
+def test_nextpnr_extra_reaches_the_build_script(tmp_path, capsys):
+    argv = ["--board", "ulx3s-85f", "--no-build", "--out", str(tmp_path), "--design", "fp",
+            "--lanes", "1", "--vectors", "4",
+            "--nextpnr-extra", "--placer-heap-beta 0.7 --router2-heatmap 'heat map/'"]
+    assert synth.main(argv) == 0
+    script = (tmp_path / "ulx3s-85f" / "build_top.sh").read_text()
+    assert "--timing-allow-fail --placer-heap-beta 0.7 --router2-heatmap 'heat map/'" in script
+    summary = json.loads((tmp_path / "ulx3s-85f" / "summary.json").read_text())
+    assert summary["nextpnr_extra"] == ["--placer-heap-beta", "0.7", "--router2-heatmap",
+                                        "heat map/"]
+    for refused in (["--board", "ulx3s-85f", "--synth-only"], ["--board", "alveo-u200"]):
+        assert synth.main([*refused, "--nextpnr-extra", "--seed 2"]) == 2
+        assert "--nextpnr-extra is for builds that run nextpnr" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("device, luts", [("LFE5U-85F", 83_640), ("LFE5UM5G-85F", 83_640),
                                           ("LFE5U-25F", 24_288)])
 def test_synthesis_utilization_counts_luts_as_nextpnr(device, luts):
