@@ -11,7 +11,9 @@ chooses when the undo log is taken (``CKPT_CONTROL.log_mode``): during LOOKUP (`
 UPDATE (``sync``), in the background right after LOOKUP (``after``), during LOOKUP with what
 the tap could not take replayed after it (``lookup_replay``), or all four, trials rotating
 (``mixed``, the default); failures are aimed at the REPLAY phase of ``sync`` and ``after``
-too. All trials run in one simulator process on the one Verilator build the checkpoint
+too. ``--lookup relaxed`` runs every batch's LOOKUP(N + 1) ahead of UPDATE(N), relaxed (the
+device defers and corrects it), and fails power in those LOOKUPs and in the correcting
+UPDATEs. All trials run in one simulator process on the one Verilator build the checkpoint
 tests share.
 
 Writes ``build/crash/results.json``: ``trials``, ``failures`` (trials with any error),
@@ -34,7 +36,7 @@ __all__ = ["main", "summarize"]
 
 
 def summarize(raw: dict, *, seed: int, preset: str, batches: int, profile: str,
-              wall: float) -> dict:
+              wall: float, lookup: str = "strict") -> dict:
     trials = raw["trials"]
     phases = collections.Counter()
     log_modes = collections.Counter(t["log_mode"] for t in trials if "log_mode" in t)
@@ -55,6 +57,7 @@ def summarize(raw: dict, *, seed: int, preset: str, batches: int, profile: str,
         "phases_covered": dict(sorted(phases.items())),
         "log_modes": dict(sorted(log_modes.items())),
         "seed": seed, "preset": preset, "batches_per_run": batches, "profile": profile,
+        "lookup": lookup,
         "runs": raw["runs"], "final_tables_checked": raw["final_checks"],
         "recovery_cycles": {"min": min(recovery, default=0), "max": max(recovery, default=0),
                             "mean": sum(recovery) / len(recovery) if recovery else 0},
@@ -81,6 +84,8 @@ def main(argv=None) -> int:
                         help="undo log during LOOKUP, at UPDATE, right after LOOKUP, during "
                              "LOOKUP with the rest right after, or trials rotating through "
                              "the four (default)")
+    parser.add_argument("--lookup", default="strict", choices=("strict", "relaxed"),
+                        help="strict lookups, or LOOKUP(N + 1) relaxed, ahead of UPDATE(N)")
     parser.add_argument("--output", default=str(BUILD_ROOT / "crash" / "results.json"))
     args = parser.parse_args(argv)
     if args.trials < 1:
@@ -90,13 +95,14 @@ def main(argv=None) -> int:
     spec_path, raw_path = out_dir / "spec.json", out_dir / "raw.json"
     spec_path.write_text(json.dumps({"trials": args.trials, "seed": args.seed,
                                      "preset": args.preset, "batches": args.batches,
-                                     "profile": args.profile, "log_mode": args.log_mode}))
+                                     "profile": args.profile, "log_mode": args.log_mode,
+                                     "lookup": args.lookup}))
     raw_path.unlink(missing_ok=True)
     started = time.monotonic()
     run(SYSTEM, "tb.ckpt.cocotb_crash", seed=args.seed, run_name="crash",
         extra_env={"CRASH_SPEC": str(spec_path), "CRASH_RESULT": str(raw_path)})
     report = summarize(json.loads(raw_path.read_text()), seed=args.seed, preset=args.preset,
-                       batches=args.batches, profile=args.profile,
+                       batches=args.batches, profile=args.profile, lookup=args.lookup,
                        wall=time.monotonic() - started)
     with open(args.output, "w") as out:
         json.dump(report, out, indent=1)

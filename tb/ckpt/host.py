@@ -450,9 +450,7 @@ class Trainer:
         """Train batch ``next_batch``; with a plan for it, return the injector once power
         has failed (the caller then recovers)."""
         if self.relaxed:
-            assert plan is None, "power failures are not planned with relaxed lookup yet"
-            await self._run_relaxed_batch()
-            return None
+            return await self._run_relaxed_batch(plan)
         device, preset = self.device, self.preset
         n = self.next_batch
         tables = self.golden.tables[n - 1]
@@ -460,21 +458,9 @@ class Trainer:
         await self._stage(batch)
         fields = self._fields(batch)
 
-        async def step(name, opcode):
-            """Run one command; returns (status or None, injector or None)."""
-            injector = (_Injector(device, plan.delay, plan.on_phase)
-                        if plan and plan.step == name else None)
-            started = device.now()
-            await device.issue(opcode, n, **fields)
-            status = await device.finish(abort=injector.fired if injector else None)
-            cycles = device.now() - started
-            if injector and not injector.fired.is_set():
-                # The failure lands after the command, while the host computes.
-                await injector.fired.wait()
-            return status, injector, cycles
-
         batch_started = device.now()
-        status, injector, lookup_cycles = await step("lookup", Opcode.LOOKUP)
+        status, injector, lookup_cycles = await self._step(plan, "lookup", Opcode.LOOKUP, n,
+                                                           fields)
         if injector:
             return injector
         host_started = device.now()
@@ -484,7 +470,8 @@ class Trainer:
             await wait_cycles(device.dut.clk, self.host_gap)
         host_cycles = device.now() - host_started
 
-        status, injector, update_cycles = await step("update", Opcode.UPDATE)
+        status, injector, update_cycles = await self._step(plan, "update", Opcode.UPDATE, n,
+                                                           fields)
         if injector:
             return injector
         assert status["error"] == ErrorCode.NONE, (n, status, device.error())
@@ -493,22 +480,42 @@ class Trainer:
                                   "total": device.now() - batch_started})
         return await self._after_update(n, plan)
 
-    async def _run_relaxed_batch(self):
+    async def _step(self, plan, name, opcode, n, fields):
+        """Run one command of batch ``n``, with the plan's failure if it is for step ``name``;
+        returns (status, or None if power failed first; the injector or None; cycles)."""
+        device = self.device
+        injector = (_Injector(device, plan.delay, plan.on_phase)
+                    if plan and plan.step == name else None)
+        started = device.now()
+        await device.issue(opcode, n, **fields)
+        status = await device.finish(abort=injector.fired if injector else None)
+        cycles = device.now() - started
+        if injector and not injector.fired.is_set():
+            # The failure lands after the command, while the host computes.
+            await injector.fired.wait()
+        return status, injector, cycles
+
+    async def _run_relaxed_batch(self, plan):
         """Batch N with relaxed lookup. LOOKUP(N) ran ahead during batch N - 1 (else it runs
-        now, strict: the first batch); the host checks its corrected output, runs the MLP and
-        writes the gradient; LOOKUP(N + 1) then runs during the GPU's time (deferred by the
-        device), and UPDATE(N) writes batch N's rows and corrects it."""
+        now, strict: the first batch, or the first after a recovery); the host checks its
+        corrected output, runs the MLP and writes the gradient; LOOKUP(N + 1) then runs during
+        the GPU's time (deferred by the device), and UPDATE(N) writes batch N's rows and
+        corrects it. A plan's "lookup" step is the batch's first LOOKUP: LOOKUP(N) if it runs
+        now, else LOOKUP(N + 1) (with its failure the host time that follows, too)."""
         device, preset = self.device, self.preset
         n = self.next_batch
         batch = make_batch(preset, n)
         batch_started = device.now()
         lookup_cycles = 0
+        lookup_plan = plan
         if self._ahead is None or self._ahead[0] != n:
             await self._stage(batch)
-            started = device.now()
-            status = await device.command(Opcode.LOOKUP, n, **self._fields(batch))
+            status, injector, lookup_cycles = await self._step(
+                plan, "lookup", Opcode.LOOKUP, n, self._fields(batch))
+            if injector:
+                return injector
+            lookup_plan = None   # (the failure is not in the LOOKUP that runs ahead)
             assert status["error"] == ErrorCode.NONE, (n, status, device.error())
-            lookup_cycles = device.now() - started
             expected = pool_embeddings(self.golden.tables[n - 1], batch, preset)
         else:
             expected = self._ahead[1]
@@ -518,25 +525,26 @@ class Trainer:
         if n + 1 < preset.num_batches:
             following = make_batch(preset, n + 1)
             await self._stage(following)
-            started = device.now()
-            await device.issue(Opcode.LOOKUP, n + 1, **self._fields(following))
-
-            async def finish_ahead():
-                return await device.finish(), device.now()
-
-            ahead = cocotb.start_soon(finish_ahead())
+            ahead = cocotb.start_soon(self._step(lookup_plan, "lookup", Opcode.LOOKUP, n + 1,
+                                                 self._fields(following)))
+        elif lookup_plan and lookup_plan.step == "lookup":
+            raise ValueError(f"no LOOKUP in batch {n} to fail in: the run's last batch's "
+                             f"LOOKUP ran ahead")
         if self.host_gap:
             await wait_cycles(device.dut.clk, self.host_gap)
         if ahead is not None:
-            status, finished = await ahead
+            status, injector, cycles = await ahead
+            if injector:
+                return injector
             assert status["error"] == ErrorCode.NONE, (n + 1, status, device.error())
             assert device.value("engine_deferred") == 1, "LOOKUP(N + 1) was not deferred"
-            lookup_cycles += finished - started
+            lookup_cycles += cycles
         host_cycles = device.now() - host_started
-        started = device.now()
-        status = await device.command(Opcode.UPDATE, n, **self._fields(batch))
+        status, injector, update_cycles = await self._step(plan, "update", Opcode.UPDATE, n,
+                                                           self._fields(batch))
+        if injector:
+            return injector
         assert status["error"] == ErrorCode.NONE, (n, status, device.error())
-        update_cycles = device.now() - started
         if ahead is not None:
             self._ahead = (n + 1, relaxed_lookup(
                 self.golden.tables[n - 1], update.tables, update.updated_rows(),
@@ -545,7 +553,7 @@ class Trainer:
         self.batch_cycles.append({"batch": n, "lookup": lookup_cycles, "host": host_cycles,
                                   "update": update_cycles,
                                   "total": device.now() - batch_started})
-        await self._after_update(n, None)
+        return await self._after_update(n, plan)
 
     async def _after_update(self, n, plan):
         """Batch ``n``'s UPDATE is done: commit bookkeeping and the snapshot."""
@@ -641,6 +649,7 @@ class Trainer:
         self.snapshot_acknowledged = snapshot
         self.golden.rewind(committed, snapshot)
         self.next_batch = committed + 1
+        self._ahead = None   # RECOVER forgot a deferred LOOKUP: the next one runs strict
         self.recovered.append(result)
         return result
 

@@ -19,3 +19,16 @@ def test_short_campaign_recovers_every_trial(tmp_path):
     assert report["lost_committed_batches"] == 0
     assert report["log_modes"] == {"lookup": 2, "sync": 2, "after": 2, "lookup_replay": 2}, \
         report["log_modes"]
+
+
+def test_short_relaxed_campaign_recovers_every_trial(tmp_path):
+    """The same with relaxed lookup: failures in the LOOKUPs run ahead and in the UPDATEs
+    that correct them; after each recovery the host looks up strictly once, then relaxed."""
+    output = tmp_path / "results.json"
+    assert main(["--trials", "8", "--seed", "4", "--batches", "8", "--lookup", "relaxed",
+                 "--output", str(output)]) == 0
+    report = json.loads(output.read_text())
+    assert report["lookup"] == "relaxed"
+    assert report["trials"] == 8 and report["failures"] == 0
+    assert report["lost_committed_batches"] == 0
+    assert {trial["lookup"] for trial in report["trial_log"]} == {"relaxed"}

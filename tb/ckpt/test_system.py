@@ -16,6 +16,7 @@ MODULE = "tb.ckpt.cocotb_system"
     "crash_in_snapshot", "crash_during_recovery", "gpf_drains_and_recovery_follows",
     "train_log_modes_match_log_on_lookup", "crash_in_at_update_replay",
     "crash_in_at_update_update", "crash_in_after_lookup_replay", "train_relaxed",
+    "crash_in_relaxed_update", "crash_in_relaxed_lookup_ahead",
 ])
 def test_system(testcase):
     result = run(SYSTEM, MODULE, testcase=testcase, run_name=testcase)
