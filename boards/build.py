@@ -8,7 +8,9 @@ the target was met, and callers decide whether that is an error.
 """
 
 import copy
+import itertools
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -204,6 +206,14 @@ def run_ecp5_synthesis(platform, top, *, build_dir, name="top", extra_summary=No
     return summary
 
 
+def _make_heatmap_directory(build_dir, nextpnr_extra):
+    """nextpnr writes router2 heatmaps to ``<prefix>...`` but does not make the prefix's
+    directory: make it (relative prefixes are in the build directory)."""
+    for option, prefix in itertools.pairwise(nextpnr_extra):
+        if option == "--router2-heatmap" and os.path.dirname(prefix):
+            (Path(build_dir) / os.path.dirname(prefix)).mkdir(parents=True, exist_ok=True)
+
+
 def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
                    block_ram_min_width=None, undefined_collisions=False, router=None,
                    nextpnr_extra=()):
@@ -220,6 +230,7 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
     plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width,
                         undefined_collisions=undefined_collisions, router=router,
                         nextpnr_extra=nextpnr_extra)
+    _make_heatmap_directory(build_dir, nextpnr_extra)
     started = time.monotonic()
     plan.execute_local(str(build_dir), env=open_toolchain_env())
     seconds = time.monotonic() - started

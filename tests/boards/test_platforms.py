@@ -107,3 +107,12 @@ def test_synthesis_utilization_counts_luts_as_nextpnr(device, luts):
 def test_synthesis_utilization_rejects_unknown_device():
     with pytest.raises(ValueError, match=r"^Unknown ECP5 device 'XC7A35T'$"):
         synthesis_utilization({}, "XC7A35T")
+
+
+def test_heatmap_prefix_directory_is_made(tmp_path):
+    from boards.build import _make_heatmap_directory
+
+    _make_heatmap_directory(tmp_path, ["--seed", "2", "--router2-heatmap", "heat/map"])
+    _make_heatmap_directory(tmp_path, ["--router2-heatmap", "other/"])
+    _make_heatmap_directory(tmp_path, ["--router2-heatmap", "flat"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heat", "other"]
