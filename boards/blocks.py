@@ -26,7 +26,13 @@ from pathlib import Path
 from amaranth.lib import wiring
 
 from .block_platform import HARNESS_BALLS, BlockPlatform
-from .build import SUMMARY_FILE, prepare_plan, run_ecp5_build, write_summary
+from .build import (
+    SUMMARY_FILE,
+    add_nextpnr_extra_argument,
+    prepare_plan,
+    run_ecp5_build,
+    write_summary,
+)
 from .harness import Technique, make_harness, port_members
 from .tables import block_table
 from .toolchain import open_toolchain_available
@@ -163,13 +169,15 @@ def prepare_block(block, *, clock_frequency=DEFAULT_TARGET_MHZ * 1e6):
     return harness, platform, facts
 
 
-def measure_block(block, *, out_dir=DEFAULT_OUT, clock_frequency=DEFAULT_TARGET_MHZ * 1e6):
-    """Place and route ``block`` and return its summary (written to
-    ``out_dir/<block>/summary.json``)."""
+def measure_block(block, *, out_dir=DEFAULT_OUT, clock_frequency=DEFAULT_TARGET_MHZ * 1e6,
+                  nextpnr_extra=()):
+    """Place and route ``block`` (with ``nextpnr_extra``, more nextpnr arguments) and
+    return its summary (written to ``out_dir/<block>/summary.json``)."""
     harness, platform, facts = prepare_block(block, clock_frequency=clock_frequency)
+    extra = {"nextpnr_extra": list(nextpnr_extra)} if nextpnr_extra else {}
     return run_ecp5_build(platform, harness, build_dir=Path(out_dir) / block.name,
-                          extra_summary={**facts, "router": block.router or "router1"},
-                          router=block.router)
+                          extra_summary={**facts, "router": block.router or "router1", **extra},
+                          router=block.router, nextpnr_extra=nextpnr_extra)
 
 
 def _update_combined(out_dir, summaries):
@@ -193,6 +201,7 @@ def _parse_args(argv):
     parser.add_argument("--no-build", action="store_true",
                         help="only write the build files (no toolchain needed)")
     parser.add_argument("--list", action="store_true", help="list the blocks and exit")
+    add_nextpnr_extra_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -213,7 +222,8 @@ def main(argv=None):
             block = get_block(name)
             harness, platform, facts = prepare_block(block, clock_frequency=clock_frequency)
             build_dir = args.out / name
-            prepare_plan(platform, harness, router=block.router).extract(str(build_dir))
+            prepare_plan(platform, harness, router=block.router,
+                         nextpnr_extra=args.nextpnr_extra).extract(str(build_dir))
             print(f"{name}: {facts['technique']} harness, build files in {build_dir}")
         return 0
 
@@ -225,7 +235,8 @@ def main(argv=None):
     for name in names:
         print(f"== {name}: synthesis and place & route", flush=True)
         summaries[name] = measure_block(get_block(name), out_dir=args.out,
-                                        clock_frequency=clock_frequency)
+                                        clock_frequency=clock_frequency,
+                                        nextpnr_extra=args.nextpnr_extra)
     _update_combined(args.out, summaries)
     print(block_table(summaries))
     return 0

@@ -206,6 +206,14 @@ def run_ecp5_synthesis(platform, top, *, build_dir, name="top", extra_summary=No
     return summary
 
 
+def add_nextpnr_extra_argument(parser):
+    """The ``--nextpnr-extra ARGS`` option of the build commands (a list, ``[]`` if absent)."""
+    parser.add_argument("--nextpnr-extra", type=shlex.split, default=[], metavar="ARGS",
+                        help="more nextpnr arguments, one quoted string (e.g. "
+                             "'--router2-heatmap heat/ --seed 2'; relative paths are in the "
+                             "build directory)")
+
+
 def _make_heatmap_directory(build_dir, nextpnr_extra):
     """nextpnr writes router2 heatmaps to ``<prefix>...`` but does not make the prefix's
     directory: make it (relative prefixes are in the build directory)."""

@@ -5,7 +5,7 @@ Usage::
     python -m boards.synth --board ulx3s-85f                  # bitstream + report + summary
     python -m boards.synth --board ulx3s-85f --clock-mhz 80   # another PLL frequency
     python -m boards.synth --board ulx3s-85f --synth-only     # Yosys alone: utilisation
-    python -m boards.synth --board ulx3s-85f --nextpnr-extra "--placer-heap-beta 0.7"
+    python -m boards.synth --board ulx3s-85f --nextpnr-extra "--router2-heatmap heat/"
     python -m boards.synth --board ecpix5-85 --design fp --lanes 4 --vectors 32
     python -m boards.synth --board alveo-u200 --no-build      # Vivado project and script
     python -m boards.synth --board agilex7-iseries-dk --no-build
@@ -32,11 +32,16 @@ UART at 115200 baud.
 """
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
-from .build import prepare_plan, run_ecp5_build, run_ecp5_synthesis, write_summary
+from .build import (
+    add_nextpnr_extra_argument,
+    prepare_plan,
+    run_ecp5_build,
+    run_ecp5_synthesis,
+    write_summary,
+)
 from .platforms import BOARDS, get_board
 from .tables import utilization_cell
 from .toolchain import open_toolchain_available
@@ -102,10 +107,7 @@ def _parse_args(argv):
     parser.add_argument("--clock-mhz", type=float, default=None,
                         help=f"design clock (default: emb {EMB_CLOCK_MHZ:g} MHz, fp the board "
                              f"clock slowed to the family's limit)")
-    parser.add_argument("--nextpnr-extra", type=shlex.split, default=[], metavar="ARGS",
-                        help="more nextpnr arguments, one quoted string (e.g. "
-                             "'--router2-heatmap heat/ --placer-heap-beta 0.7'; "
-                             "relative paths are in the build directory)")
+    add_nextpnr_extra_argument(parser)
     parser.add_argument("--allow-timing-fail", action="store_true",
                         help="exit 0 even if the clock constraint is not met")
     return parser.parse_args(argv)

@@ -88,6 +88,13 @@ def test_cli_no_build_passes_the_blocks_router(tmp_path, monkeypatch):
     assert "--router router2" in (tmp_path / "doubler" / "build_top.sh").read_text()
 
 
+def test_cli_no_build_passes_nextpnr_extra(tmp_path):
+    assert blocks.main(["--block", "fp_add", "--out", str(tmp_path), "--no-build",
+                        "--nextpnr-extra", "--router2-heatmap heat/ --seed 3"]) == 0
+    script = (tmp_path / "fp_add" / "build_top.sh").read_text()
+    assert "--timing-allow-fail --router2-heatmap heat/ --seed 3" in script
+
+
 def test_combined_summary_keeps_earlier_blocks(tmp_path):
     blocks._update_combined(tmp_path, {"a": {"x": 1}})
     blocks._update_combined(tmp_path, {"b": {"x": 2}})
