@@ -46,8 +46,6 @@ DEFAULT_TARGET_MHZ = 150.0
 ROUTERS = (None, "router1", "router2")
 # The engines' control blocks fill 40-70% of the LUTs with 512-bit buses: router1 had not
 # finished the checkpoint engine after 30 min, router2 negotiates the congestion as a whole.
-# The checkpoint engine's tap buffer (554 bits x 63 words) in LUT RAM was one dense hot spot
-# that router2 did not resolve (boards.congestion): it goes to block RAM.
 _WIDE = "router2"
 
 
@@ -58,16 +56,13 @@ class Block:
     ``make`` returns a fresh :class:`wiring.Component` on every call (a component is elaborated
     once). ``technique`` forces a harness technique; ``None`` picks ``pins`` when the block's
     port bits fit the package and ``shift-chain`` otherwise. ``router`` is nextpnr's router
-    (``None``: its default, router1). With ``block_ram_min_width`` written memories at least
-    that wide go to block RAM (:func:`boards.build.block_ram_script`, with Yosys' bypass for
-    reads of a word being written); otherwise Yosys chooses, and keeps shallow ones in LUTs.
+    (``None``: its default, router1).
     """
     name: str
     description: str
     make: object
     technique: Technique | None = None
     router: str | None = None
-    block_ram_min_width: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -79,16 +74,6 @@ class Block:
         if self.router not in ROUTERS:
             raise ValueError(f"Router must be one of {', '.join(map(repr, ROUTERS))}, not "
                              f"{self.router!r}")
-        width = self.block_ram_min_width
-        if width is not None and (not isinstance(width, int) or isinstance(width, bool)
-                                  or width < 1):
-            raise ValueError(f"Block RAM minimum width must be None or a positive integer, "
-                             f"not {width!r}")
-
-    @property
-    def build_options(self):
-        """The keyword arguments of :func:`boards.build.prepare_plan` for this block."""
-        return {"router": self.router, "block_ram_min_width": self.block_ram_min_width}
 
 
 # The factories import hw.fp lazily: the registry itself must import without the RTL.
@@ -152,7 +137,7 @@ BLOCKS = {block.name: block for block in (
           "configuration", _engine("embedding"), router=_WIDE),
     Block("cxl_frontend", "CXL.mem front end with HDM decoders (defaults)", _cxl_frontend),
     Block("ckpt_engine", "checkpoint engine: tap, log writer, sequencer, recovery (defaults)",
-          _ckpt_engine, router=_WIDE, block_ram_min_width=256),
+          _ckpt_engine, router=_WIDE),
 )}
 
 
@@ -190,11 +175,9 @@ def measure_block(block, *, out_dir=DEFAULT_OUT, clock_frequency=DEFAULT_TARGET_
     return its summary (written to ``out_dir/<block>/summary.json``)."""
     harness, platform, facts = prepare_block(block, clock_frequency=clock_frequency)
     extra = {"nextpnr_extra": list(nextpnr_extra)} if nextpnr_extra else {}
-    if block.block_ram_min_width is not None:
-        extra["block_ram_min_width"] = block.block_ram_min_width
     return run_ecp5_build(platform, harness, build_dir=Path(out_dir) / block.name,
                           extra_summary={**facts, "router": block.router or "router1", **extra},
-                          nextpnr_extra=nextpnr_extra, **block.build_options)
+                          router=block.router, nextpnr_extra=nextpnr_extra)
 
 
 def _update_combined(out_dir, summaries):
@@ -239,8 +222,8 @@ def main(argv=None):
             block = get_block(name)
             harness, platform, facts = prepare_block(block, clock_frequency=clock_frequency)
             build_dir = args.out / name
-            prepare_plan(platform, harness, nextpnr_extra=args.nextpnr_extra,
-                         **block.build_options).extract(str(build_dir))
+            prepare_plan(platform, harness, router=block.router,
+                         nextpnr_extra=args.nextpnr_extra).extract(str(build_dir))
             print(f"{name}: {facts['technique']} harness, build files in {build_dir}")
         return 0
 

@@ -40,10 +40,6 @@ def test_block_is_validated():
     with pytest.raises(ValueError, match=r"^Router must be one of None, 'router1', 'router2', "
                                          r"not 'router3'$"):
         Block("x", "", Doubler, router="router3")
-    for width in (0, True, 2.5):
-        with pytest.raises(ValueError, match=rf"^Block RAM minimum width must be None or a "
-                                             rf"positive integer, not {width!r}$"):
-            Block("x", "", Doubler, block_ram_min_width=width)
     with pytest.raises(TypeError, match=r"^Factory of block 'x' returned 1, not a "
                                         r"wiring.Component$"):
         prepare_block(Block("x", "", lambda: 1))
@@ -90,13 +86,6 @@ def test_cli_no_build_passes_the_blocks_router(tmp_path, monkeypatch):
                         "--no-build"]) == 0
     assert "--router" not in (tmp_path / "fp_add" / "build_top.sh").read_text()
     assert "--router router2" in (tmp_path / "doubler" / "build_top.sh").read_text()
-
-
-def test_ckpt_engine_puts_its_tap_buffer_in_block_ram(tmp_path):
-    assert blocks.main(["--block", "ckpt_engine", "--out", str(tmp_path), "--no-build"]) == 0
-    script = (tmp_path / "ckpt_engine" / "top.ys").read_text()
-    assert 'setattr -set ram_style "block" top.block.tap.buffer/m:storage' in script
-    assert "COLLISION_X_MASK" not in script   # (Yosys' bypass stays)
 
 
 def test_cli_no_build_passes_nextpnr_extra(tmp_path):
