@@ -128,13 +128,19 @@ async def crash_in_update(dut):
     """Power fails while rows are being written in place: rolled back from the log. (The
     flag persists about 80 cycles into the UPDATE phase at the pmem profile's write latency,
     and the in-place writes take several hundred more.)"""
-    draw = random.Random(cocotb.RANDOM_SEED + 1)
-    bench = await Bench.create(dut)
+    await _crash_while_rows_are_written(dut, batch=6, seed_offset=1, relaxed=False)
+
+
+async def _crash_while_rows_are_written(dut, *, batch, seed_offset, relaxed):
+    """Power fails 120-400 cycles into UPDATE(batch)'s UPDATE phase: rolled back from the
+    log to ``batch - 1``, and the run resumes bit-exact."""
+    draw = random.Random(cocotb.RANDOM_SEED + seed_offset)
+    bench = await Bench.create(dut, relaxed=relaxed)
     result = await bench.run_with_failure(FailurePlan(
-        batch=6, step="update", delay=draw.randrange(120, 400), seed=draw.randrange(1, 2**31),
-        on_phase=CheckpointPhase.UPDATE))
+        batch=batch, step="update", delay=draw.randrange(120, 400),
+        seed=draw.randrange(1, 2**31), on_phase=CheckpointPhase.UPDATE))
     assert result.failure.phase == Phase.UPDATE
-    assert result.reported_committed == 5 and result.restored_entries > 0
+    assert result.reported_committed == batch - 1 and result.restored_entries > 0
 
 
 @cocotb.test()
@@ -233,13 +239,7 @@ async def crash_in_relaxed_update(dut):
     """Relaxed lookup: power fails while UPDATE(5) writes its rows in place and corrects the
     deferred LOOKUP(6): rolled back from the log (c = 4); the host looks batch 5 up again,
     strict, and training resumes relaxed, bit-exact with the oracle's relaxed continuation."""
-    draw = random.Random(cocotb.RANDOM_SEED + 8)
-    bench = await Bench.create(dut, relaxed=True)
-    result = await bench.run_with_failure(FailurePlan(
-        batch=5, step="update", delay=draw.randrange(120, 400), seed=draw.randrange(1, 2**31),
-        on_phase=CheckpointPhase.UPDATE))
-    assert result.failure.phase == Phase.UPDATE
-    assert result.reported_committed == 4 and result.restored_entries > 0
+    await _crash_while_rows_are_written(dut, batch=5, seed_offset=8, relaxed=True)
 
 
 @cocotb.test()
