@@ -25,9 +25,10 @@ How a command runs
    writes drain while the next chunk accumulates (that phase reads only gradients).
 5. The status is reported once every write has completed (is persistent).
 
-**Correcting a relaxed lookup** (``correct_enable``, ``sw_model.relaxed``): the deferred
-LOOKUP(N+1)'s command comes along with UPDATE(N). Its descriptors are checked and its offsets
-and indices validated too, before any row is written. After each chunk's apply (which keeps
+**Correcting a relaxed lookup** (``correct_enable``, ``sw_model.relaxed``; built only with
+``relaxed_lookup``, the default): the deferred LOOKUP(N+1)'s command comes along with
+UPDATE(N). Its descriptors are checked and its offsets and indices validated too, before any
+row is written. After each chunk's apply (which keeps
 ``new - old`` per line in the gradient buffer) the CAM keeps the chunk's rows while
 :class:`~.update_correct.CorrectionSequencer` walks batch N+1 and adds the deltas of the rows
 both touch to its pooled output, chunk by chunk as ``sw_model.relaxed`` defines it; after the
