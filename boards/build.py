@@ -150,11 +150,17 @@ def synthesis_utilization(cells, device):
     two per ``CCU2C`` carry cell and six per ``TRELLIS_DPR16X4`` (four of RAM, two of write
     port)."""
     available = ecp5_capacity(device)
+    used = resource_counts(cells)
+    return {kind: {"used": used[kind], "available": available[kind]} for kind in used}
+
+
+def resource_counts(cells):
+    """{"LUT4", "FF", "EBR", "DSP": count} of Yosys' ECP5 cell counts ``cells`` ({cell type:
+    count}), LUT4s counted as :func:`synthesis_utilization` says."""
     lut4 = (cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0)
             + 6 * cells.get("TRELLIS_DPR16X4", 0))
-    used = {"LUT4": lut4, "FF": cells.get("TRELLIS_FF", 0), "EBR": cells.get("DP16KD", 0),
+    return {"LUT4": lut4, "FF": cells.get("TRELLIS_FF", 0), "EBR": cells.get("DP16KD", 0),
             "DSP": cells.get("MULT18X18D", 0)}
-    return {kind: {"used": used[kind], "available": available[kind]} for kind in used}
 
 
 def _check_ecp5(platform):
