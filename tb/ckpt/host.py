@@ -505,31 +505,32 @@ class Trainer:
         device, preset = self.device, self.preset
         n = self.next_batch
         batch = make_batch(preset, n)
+        looked_up_ahead = self._ahead is not None and self._ahead[0] == n
+        # The plan's "lookup" is LOOKUP(N) if it runs now, else LOOKUP(N + 1), run ahead.
+        ahead_plan = plan if looked_up_ahead else None
+        if ahead_plan and ahead_plan.step == "lookup" and n + 1 >= preset.num_batches:
+            raise ValueError(f"no LOOKUP in batch {n} to fail in: the run's last batch's "
+                             f"LOOKUP ran ahead")
         batch_started = device.now()
         lookup_cycles = 0
-        lookup_plan = plan
-        if self._ahead is None or self._ahead[0] != n:
+        if looked_up_ahead:
+            expected = self._ahead[1]
+        else:
             await self._stage(batch)
             status, injector, lookup_cycles = await self._step(
                 plan, "lookup", Opcode.LOOKUP, n, self._fields(batch))
             if injector:
                 return injector
-            lookup_plan = None   # (the failure is not in the LOOKUP that runs ahead)
             assert status["error"] == ErrorCode.NONE, (n, status, device.error())
             expected = pool_embeddings(self.golden.tables[n - 1], batch, preset)
-        else:
-            expected = self._ahead[1]
         host_started = device.now()
         update, deltas = await self._host_step(n, batch, expected)
         ahead = None
         if n + 1 < preset.num_batches:
             following = make_batch(preset, n + 1)
             await self._stage(following)
-            ahead = cocotb.start_soon(self._step(lookup_plan, "lookup", Opcode.LOOKUP, n + 1,
+            ahead = cocotb.start_soon(self._step(ahead_plan, "lookup", Opcode.LOOKUP, n + 1,
                                                  self._fields(following)))
-        elif lookup_plan and lookup_plan.step == "lookup":
-            raise ValueError(f"no LOOKUP in batch {n} to fail in: the run's last batch's "
-                             f"LOOKUP ran ahead")
         if self.host_gap:
             await wait_cycles(device.dut.clk, self.host_gap)
         if ahead is not None:
