@@ -63,7 +63,7 @@ def make_bist_top(*, lanes=16, vectors=64, seed=0, clock_mhz=None):
 
 
 #: Design clock of the ``emb`` design: the ULX3S's own 25 MHz (the engine's control logic
-#: closes at about 32 MHz on ECP5; see boards/bist/emb_dut.py).
+#: closes at about 26 MHz on ECP5; see boards/bist/emb_dut.py).
 EMB_CLOCK_MHZ = 25.0
 
 

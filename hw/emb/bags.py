@@ -1,15 +1,28 @@
 """Turn the validated offsets into one descriptor per bag, in TBE order (table-major)."""
 
-from amaranth.hdl import Module, ResetInserter, Signal, unsigned
+from amaranth.hdl import Module, Mux, ResetInserter, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .layouts import table_layout
+from .layouts import PoolingMode, table_layout
 from .reciprocal import Reciprocal
+from .update_reciprocal import Reciprocal as SequentialReciprocal
 
-__all__ = ["BagSequencer", "descriptor_layout"]
+__all__ = ["MEAN_RECIPROCALS", "BagSequencer", "check_mean_reciprocal", "descriptor_layout"]
 
 LANES = 16
+
+#: How MEAN factors are computed: a pipelined divider (a descriptor per cycle) or a
+#: sequential one (a MEAN bag per :attr:`SequentialReciprocal.latency` cycles, far smaller).
+MEAN_RECIPROCALS = ("pipelined", "sequential")
+
+
+def check_mean_reciprocal(value):
+    """Validate a ``mean_reciprocal`` parameter (one of :data:`MEAN_RECIPROCALS`)."""
+    if value not in MEAN_RECIPROCALS:
+        raise ValueError(f"MEAN reciprocal must be one of {', '.join(MEAN_RECIPROCALS)}, "
+                         f"not {value!r}")
+    return value
 
 
 def descriptor_layout(line_addr_width):
@@ -29,9 +42,12 @@ class BagSequencer(wiring.Component):
 
     Bag ``b`` of table ``t`` writes its pooled row at output line ``output_line +
     b * row_lines + (sum of dim/16 over tables before t)``; that address is kept as a running
-    sum, so no multiplier is needed. MEAN bags get their factor from a pipelined
-    :class:`Reciprocal`; a descriptor enters it only when the FIFO behind it has room, so
-    nothing is ever dropped.
+    sum, so no multiplier is needed. With ``mean_reciprocal="pipelined"`` every bag's
+    descriptor goes through a pipelined :class:`Reciprocal` (its factor is used for MEAN bags);
+    a descriptor enters it only when the FIFO behind it has room, so nothing is ever dropped.
+    With ``"sequential"`` a MEAN bag's descriptor waits for a sequential divider
+    (``hw/emb/update_reciprocal.py``, about 15 cycles) and the walk waits with it; other bags
+    pass at once with ``scale`` 0 (unused). Both are bit-exact with ``float32(1) / L``.
 
     Members
     -------
@@ -48,11 +64,19 @@ class BagSequencer(wiring.Component):
         Every descriptor has been handed over.
     """
 
-    def __init__(self, *, max_tables, addr_width, fifo_depth=None):
+    def __init__(self, *, max_tables, addr_width, fifo_depth=None, mean_reciprocal="pipelined"):
+        check_mean_reciprocal(mean_reciprocal)
         self._max_tables = max_tables
         self._line_addr_width = addr_width - 6
-        self._reciprocal = Reciprocal(tag_width=descriptor_layout(self._line_addr_width).size)
-        self._fifo_depth = fifo_depth or self._reciprocal.latency + 4
+        self._pipelined = mean_reciprocal == "pipelined"
+        if self._pipelined:
+            self._reciprocal = Reciprocal(
+                tag_width=descriptor_layout(self._line_addr_width).size)
+            self._fifo_depth = fifo_depth or self._reciprocal.latency + 4
+        else:
+            self._reciprocal = SequentialReciprocal()
+            # Descriptors wait only for the gather issuer here, not for a pipeline.
+            self._fifo_depth = fifo_depth or 4
         super().__init__({
             "start": In(1),
             "bags": In(16),
@@ -95,6 +119,8 @@ class BagSequencer(wiring.Component):
                     m.d.comb += value.eq(self.lines.payload[32 * k:32 * (k + 1)])
 
         room = queue.level + in_flight < self._fifo_depth
+        if not self._pipelined:  # one MEAN bag at a time, and nothing overtakes it
+            room = room & (in_flight == 0) & reciprocal.i.ready
         take = Signal()
         m.d.comb += [
             take.eq(active & self.lines.valid & (entry < self.limit) & room),
@@ -106,10 +132,12 @@ class BagSequencer(wiring.Component):
         descriptor = Signal(layout)
         emit = Signal()
         dim = Signal(16)
+        mode = Signal(PoolingMode)
         with m.Switch(table):
             for t in range(self._max_tables):
                 with m.Case(t):
-                    m.d.comb += dim.eq(self.table_config[t].dim)
+                    m.d.comb += [dim.eq(self.table_config[t].dim),
+                                 mode.eq(self.table_config[t].mode)]
         m.d.comb += [
             emit.eq(take & (entry != 0)),
             descriptor.table.eq(table),
@@ -117,24 +145,43 @@ class BagSequencer(wiring.Component):
             descriptor.start.eq(previous),
             descriptor.length.eq(value - previous),
             descriptor.out_line.eq(bag_line),
-            reciprocal.i.valid.eq(emit),
-            reciprocal.i.payload.n.eq(value - previous),
-            reciprocal.i.payload.tag.eq(descriptor),
-        ]
-        finished = Signal(layout)
-        m.d.comb += [
-            finished.eq(reciprocal.o.payload.tag),
-            finished.scale.eq(reciprocal.o.payload.result),
-            queue.w_en.eq(reciprocal.o.valid),
-            queue.w_data.eq(finished),
             self.descriptors.valid.eq(queue.r_rdy),
             self.descriptors.payload.eq(queue.r_data),
             queue.r_en.eq(self.descriptors.ready),
         ]
-        with m.If(self.start):
-            m.d.sync += in_flight.eq(0)
-        with m.Else():
-            m.d.sync += in_flight.eq(in_flight + emit - reciprocal.o.valid)
+        finished = Signal(layout)
+        if self._pipelined:
+            m.d.comb += [
+                reciprocal.i.valid.eq(emit),
+                reciprocal.i.payload.n.eq(descriptor.length),
+                reciprocal.i.payload.tag.eq(descriptor),
+                finished.eq(reciprocal.o.payload.tag),
+                finished.scale.eq(reciprocal.o.payload.result),
+                queue.w_en.eq(reciprocal.o.valid),
+                queue.w_data.eq(finished),
+            ]
+            with m.If(self.start):
+                m.d.sync += in_flight.eq(0)
+            with m.Else():
+                m.d.sync += in_flight.eq(in_flight + emit - reciprocal.o.valid)
+        else:
+            waiting = Signal(layout)  # the MEAN bag whose factor is being computed
+            mean = mode == PoolingMode.MEAN
+            m.d.comb += [
+                reciprocal.i.valid.eq(emit & mean),
+                reciprocal.i.payload.eq(descriptor.length),
+                reciprocal.o.ready.eq(1),
+                finished.eq(waiting),
+                finished.scale.eq(reciprocal.o.payload),
+                queue.w_en.eq(Mux(in_flight != 0, reciprocal.o.valid, emit & ~mean)),
+                queue.w_data.eq(Mux(in_flight != 0, finished, descriptor)),
+            ]
+            with m.If(self.start):
+                m.d.sync += in_flight.eq(0)
+            with m.Elif(emit & mean):
+                m.d.sync += [in_flight.eq(1), waiting.eq(descriptor)]
+            with m.Elif(reciprocal.o.valid):
+                m.d.sync += in_flight.eq(0)
 
         with m.If(self.start):
             m.d.sync += [

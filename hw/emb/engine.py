@@ -77,6 +77,8 @@ class EmbeddingEngine(wiring.Component):
         default).
     add_stages, mul_stages : int or None
         Float32 pipeline depths of both engines.
+    mean_reciprocal : ``"pipelined"`` or ``"sequential"``
+        The lookup's MEAN factor divider (:class:`~hw.emb.lookup.LookupEngine`).
     shared_lanes : bool
         One multiplier and one adder (16 lanes each) for both engines (default True), or a
         set each (False: the engines as they are alone).
@@ -112,7 +114,7 @@ class EmbeddingEngine(wiring.Component):
                  output_buffer_depth=128, bag_slots=16, max_unique_rows=64,
                  update_outstanding_reads=16, add_stages=None, mul_stages=None,
                  shared_lanes=True, update_write_buffer=None, relaxed_lookup=True,
-                 correction_bags=None):
+                 correction_bags=None, mean_reciprocal="pipelined"):
         check_bool("Shared lanes", shared_lanes)
         check_bool("Relaxed lookup", relaxed_lookup)
         self._relaxed_lookup = relaxed_lookup
@@ -121,7 +123,7 @@ class EmbeddingEngine(wiring.Component):
             addr_width=addr_width, id_width=id_width, outstanding_reads=outstanding_reads,
             index_buffer_depth=index_buffer_depth, offset_buffer_depth=offset_buffer_depth,
             output_buffer_depth=output_buffer_depth, bag_slots=bag_slots,
-            add_stages=add_stages, mul_stages=mul_stages)
+            add_stages=add_stages, mul_stages=mul_stages, mean_reciprocal=mean_reciprocal)
         LookupEngine.check_parameters(**self._lookup_params)
         self._update_params = dict(
             max_tables=max_tables, max_dim=max_dim, num_regions=num_regions,

@@ -7,10 +7,7 @@ waits (``full``) until the owner applies the chunk and clears the table: that is
 chunk boundary of ``sw_model.sparse_sgd_update``.
 """
 
-import functools
-import operator
-
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -97,13 +94,12 @@ class UniqueRows(wiring.Component):
                    for slot, key in enumerate(keys)]
         hit = Signal()
         hit_slot = Signal(range(self._capacity))
-        # Keys are distinct, so at most one slot matches and OR-ing the slot numbers works.
-        m.d.comb += [
-            hit.eq(Cat(*matches).any()),
-            hit_slot.eq(functools.reduce(operator.or_,
-                                         (Mux(match, slot, 0) for slot, match in
-                                          enumerate(matches)))),
-        ]
+        # Keys are distinct, so at most one slot matches: bit b of its number is the OR of the
+        # matches of the slots that have bit b set (flat, so 1,024 slots elaborate too).
+        m.d.comb += hit.eq(Cat(*matches).any())
+        for bit in range(len(hit_slot)):
+            m.d.comb += hit_slot[bit].eq(
+                Cat(*(match for slot, match in enumerate(matches) if slot >> bit & 1)).any())
         room = count != self._capacity
         m.d.comb += [self.full.eq(self.i.valid & ~self.probe & ~hit & ~room),
                      self.probe_hit.eq(hit), self.probe_slot.eq(hit_slot)]

@@ -3,6 +3,7 @@
 Verilator (the thorough tests are the cocotb ones in ``tb/emb``)."""
 
 import numpy as np
+import pytest
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
@@ -122,7 +123,9 @@ def run_commands(engine, memory, commands, tables, regions, defer_mean=None):
     return statuses
 
 
-def test_lookup_end_to_end_in_pysim():
+@pytest.mark.parametrize("mean_reciprocal", ["pipelined", "sequential"])
+def test_lookup_end_to_end_in_pysim(mean_reciprocal):
+    """With either MEAN divider (the sequential one holds the bag walk at each MEAN bag)."""
     rng = np.random.default_rng(3)
 
     def draw(predicate, **shape):
@@ -141,7 +144,8 @@ def test_lookup_end_to_end_in_pysim():
     bad.indices[-1] = case.tables[-1].shape[0]
     memory = Memory()
     commands, tables, placements = place_cases(memory, (case, big, bad))
-    statuses = run_commands(LookupEngine(**PARAMS), memory, commands, tables, REGIONS)
+    statuses = run_commands(LookupEngine(**PARAMS, mean_reciprocal=mean_reciprocal), memory,
+                            commands, tables, REGIONS)
     assert [s.error for s in statuses] == [ErrorCode.NONE, ErrorCode.NONE,
                                            ErrorCode.INDEX_OUT_OF_RANGE]
     assert statuses[2].position == case.indices.size - 1

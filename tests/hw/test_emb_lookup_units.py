@@ -474,6 +474,8 @@ GOOD = dict(max_tables=4, max_dim=64, num_regions=2, addr_width=32, id_width=6,
      rf"^Multiplier stages must be None or an integer in 1\.\.{len(FPMul.CUTS) - 1}, not 0$"),
     ({"add_stages": 9}, ValueError,
      rf"^Adder stages must be None or an integer in 0\.\.{len(FPAdd.CUTS) - 1}, not 9$"),
+    ({"mean_reciprocal": "iterative"}, ValueError,
+     r"^MEAN reciprocal must be one of pipelined, sequential, not 'iterative'$"),
 ])
 def test_engine_parameters_are_checked(change, error, message):
     with pytest.raises(error, match=message):

@@ -106,7 +106,7 @@ def unique_rows_reference(keys, capacity):
     return out, starts
 
 
-@pytest.mark.parametrize("capacity", [1, 3, 8])
+@pytest.mark.parametrize("capacity", [1, 3, 8, 1024])  # 1024: the engine's largest
 def test_unique_rows_slots_and_chunks(capacity):
     dut = UniqueRows(capacity=capacity, table_width=2, payload_shape=16)
     draw = random.Random(capacity)
