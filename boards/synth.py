@@ -25,7 +25,9 @@ UART at 115200 baud.
 ``emb`` (the default)
     The device core: the embedding engine (:mod:`boards.bist.emb_checks`) on block RAM standing
     in for PMEM, running LOOKUP, UPDATE and LOOKUP against ``sw_model`` results; by default at
-    25 MHz (``--clock-mhz``; a PLL makes other frequencies).
+    25 MHz (``--clock-mhz``; a PLL makes other frequencies). ``--engine lookup`` or ``--engine
+    update`` holds one of its two engines alone, with that engine's check: a smaller design
+    (each engine on its own routes on an 85F, see the README's block table).
 ``fp``
     The FP32 lane units against NumPy results (``--lanes``, ``--vectors``), at the board clock
     slowed to the family's limit (``boards.bist.top.CLOCK_LIMITS``).
@@ -46,7 +48,7 @@ from .platforms import BOARDS, get_board
 from .tables import utilization_cell
 from .toolchain import open_toolchain_available
 
-__all__ = ["DESIGNS", "EMB_CLOCK_MHZ", "main", "make_bist_top", "make_emb_top"]
+__all__ = ["DESIGNS", "EMB_CLOCK_MHZ", "EMB_ENGINES", "main", "make_bist_top", "make_emb_top"]
 
 
 DEFAULT_OUT = Path("build/synth")
@@ -62,23 +64,32 @@ def make_bist_top(*, lanes=16, vectors=64, seed=0, clock_mhz=None):
                         clock_frequency=None if clock_mhz is None else clock_mhz * 1e6)
 
 
+#: What the ``emb`` design can hold (the keys of ``boards.bist.emb_dut.ENGINES``, which this
+#: module does not import before a design is made).
+EMB_ENGINES = ("embedding", "lookup", "update")
+
 #: Design clock of the ``emb`` design: the ULX3S's own 25 MHz (the engine's control logic
 #: closes at about 26 MHz on ECP5; see boards/bist/emb_dut.py).
 EMB_CLOCK_MHZ = 25.0
 
 
-def make_emb_top(*, seed=0, clock_mhz=None):
-    """The self-test of the embedding engine (a LOOKUP check, an UPDATE + LOOKUP check)."""
+def make_emb_top(*, seed=0, clock_mhz=None, engine="embedding"):
+    """The self-test of the embedding engine (a LOOKUP check, an UPDATE + LOOKUP check), or of
+    one of its engines alone (``engine="lookup"`` or ``"update"``: that engine's check)."""
     from .bist.emb_checks import emb_checks
+    from .bist.emb_dut import check_engine
     from .bist.top import BISTBoardTop
 
+    check_engine(engine)  # now: the top makes the checks only when it is elaborated
     mhz = EMB_CLOCK_MHZ if clock_mhz is None else clock_mhz
-    return BISTBoardTop(make_checks=lambda: emb_checks(seed=seed), clock_frequency=mhz * 1e6)
+    return BISTBoardTop(make_checks=lambda: emb_checks(seed=seed, engine=engine),
+                        clock_frequency=mhz * 1e6)
 
 
 DESIGNS = {"emb": make_emb_top, "fp": make_bist_top}
 # Which command-line options each design takes.
-_DESIGN_OPTIONS = {"emb": ("seed", "clock_mhz"), "fp": ("lanes", "vectors", "seed", "clock_mhz")}
+_DESIGN_OPTIONS = {"emb": ("seed", "clock_mhz", "engine"),
+                   "fp": ("lanes", "vectors", "seed", "clock_mhz")}
 # Build options per design: the engine's 512-bit FIFOs and buffers go to block RAM, or their
 # LUT RAM alone would take about 10k of the 85F's 84k LUTs. None of them reads a word in the
 # cycle it is written (Amaranth's FIFOs; the reorder buffer reads a slot after it is complete;
@@ -101,6 +112,9 @@ def _parse_args(argv):
                         help="run Yosys alone and report its utilisation (open toolchain)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help="output root (default: %(default)s)")
+    parser.add_argument("--engine", default="embedding", choices=EMB_ENGINES,
+                        help="what the emb design holds: the embedding engine, or one of its "
+                             "two engines alone (emb)")
     parser.add_argument("--lanes", type=int, default=16, help="FP lanes per unit (fp)")
     parser.add_argument("--vectors", type=int, default=64, help="vectors per check (fp)")
     parser.add_argument("--seed", type=int, default=0, help="operand or workload seed")

@@ -24,7 +24,8 @@ from hw.emb.layouts import command_layout, region_layout, table_layout
 
 from .axi_bram import LINE_BITS, AxiBram
 
-__all__ = ["ENGINES", "ENGINE_DEFAULTS", "EngineUnderTest", "Step", "step_layout"]
+__all__ = ["ENGINES", "ENGINE_DEFAULTS", "EngineUnderTest", "Step", "check_engine",
+           "step_layout"]
 
 
 class Step(enum.Enum, shape=2):
@@ -100,6 +101,13 @@ def step_layout(*, addr_width, max_tables, num_regions):
     })
 
 
+def check_engine(engine):
+    """Raise ``ValueError`` unless ``engine`` names an entry of :data:`ENGINES`."""
+    if engine not in ENGINES:
+        raise ValueError(f"Engine must be one of {', '.join(map(repr, ENGINES))}, not "
+                         f"{engine!r}")
+
+
 class EngineUnderTest(wiring.Component):
     """:class:`~hw.emb.engine.EmbeddingEngine` on an :class:`~boards.bist.axi_bram.AxiBram`,
     driven by steps (module docstring).
@@ -124,9 +132,7 @@ class EngineUnderTest(wiring.Component):
     """
 
     def __init__(self, *, memory_init, memory_depth, engine="embedding", **engine_params):
-        if engine not in ENGINES:
-            raise ValueError(f"Engine must be one of {', '.join(map(repr, ENGINES))}, not "
-                             f"{engine!r}")
+        check_engine(engine)
         params = {**ENGINE_DEFAULTS, **engine_params}
         self.engine = ENGINES[engine](params)
         self.memory = AxiBram(depth=memory_depth, init=memory_init,

@@ -116,3 +116,25 @@ def test_heatmap_prefix_directory_is_made(tmp_path):
     _make_heatmap_directory(tmp_path, ["--router2-heatmap", "other/"])
     _make_heatmap_directory(tmp_path, ["--router2-heatmap", "flat"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["heat", "other"]
+
+
+def test_emb_engine_option_names_the_dut_engines(tmp_path, capsys):
+    from boards.bist.emb_dut import ENGINES
+
+    assert synth.EMB_ENGINES == tuple(ENGINES)
+    with pytest.raises(ValueError, match=r"^Engine must be one of 'embedding', 'lookup', "
+                                         r"'update', not 'pool'$"):
+        synth.make_emb_top(engine="pool")
+    argv = ["--board", "ulx3s-85f", "--no-build", "--out", str(tmp_path), "--engine", "lookup"]
+    assert synth.main(argv) == 0
+    board_dir = tmp_path / "ulx3s-85f"
+    summary = json.loads((board_dir / "summary.json").read_text())
+    assert summary["design"] == "emb" and summary["engine"] == "lookup"
+    # The lookup engine is the device's engine itself, and its check the only one.
+    modules = {line.split()[1] for line in (board_dir / "top.il").read_text().splitlines()
+               if line.startswith("module ")}
+    assert "\\top.bist.self_test.dut_0.engine.pooler" in modules
+    assert not any(".check_1" in name or "engine.update" in name for name in modules)
+    with pytest.raises(SystemExit):
+        synth.main(["--board", "ulx3s-85f", "--engine", "pool"])
+    assert "invalid choice: 'pool'" in capsys.readouterr().err
