@@ -83,6 +83,14 @@ def _extra_sources(extra_sources: Iterable[str | os.PathLike] | None) -> list[Pa
     return paths
 
 
+def _drop_precompiled_headers(obj_dir: Path) -> None:
+    """Delete Verilator's precompiled headers once the model is linked: 180-210 MB per build,
+    three quarters of ``build/sim``, and needed only by the compile (a stamped build is reused
+    without calling make; a changed one is rebuilt from scratch, ``always=True``)."""
+    for header in obj_dir.glob("*.gch"):
+        header.unlink()
+
+
 def build(design: rtl.Design, *, waves: bool = False,
           extra_sources: Iterable[str | os.PathLike] | None = None) -> Build:
     """Emit and compile ``design``; reuse the previous build when nothing changed.
@@ -130,6 +138,7 @@ def build(design: rtl.Design, *, waves: bool = False,
             timescale=("1ns", "1ps"),
             always=True,
         )
+        _drop_precompiled_headers(obj_dir)
         stamp_file.write_text(stamp)
     return Build(design, directory, verilog_path, sidecar_path, trace)
 

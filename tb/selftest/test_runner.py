@@ -3,7 +3,7 @@
 import pytest
 
 from sim.rtl import Design
-from sim.runner import SimulationFailed, run
+from sim.runner import SimulationFailed, build, run
 
 pytestmark = pytest.mark.sim
 
@@ -33,3 +33,15 @@ def test_waves_and_gtkw_are_written():
     text = result.gtkw.read_text()
     assert "TOP.selftest_accumulator.i__payload[11:0]" in text
     assert "-i" in text.splitlines()
+
+
+def test_a_build_keeps_its_model_and_drops_the_precompiled_headers():
+    first = build(DESIGN)
+    obj_dir = first.directory / "obj"
+    assert (obj_dir / DESIGN.name).is_file()
+    assert not list(obj_dir.glob("*.gch"))
+    model = (obj_dir / DESIGN.name).stat().st_mtime_ns
+    # Reused as it is (no rebuild for the missing headers), and it still runs.
+    assert build(DESIGN).directory == first.directory
+    assert (obj_dir / DESIGN.name).stat().st_mtime_ns == model
+    assert run(DESIGN, MODULE, run_name="after_cleanup").tests == 2
