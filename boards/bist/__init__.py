@@ -4,8 +4,9 @@ Structure, one job per module:
 
 - :mod:`.check`      :class:`Check`: a device under test with an input and an output stream,
                      the stimulus words and the expected result words.
-- :mod:`.runner`     :class:`CheckRunner` feeds one check from a ROM and compares its results
-                     with a second ROM; :class:`SelfTest` runs a list of checks in turn.
+- :mod:`.runner`     :class:`CheckRunner` feeds the checks of one device from a ROM and
+                     compares their results with a second ROM; :class:`SelfTest` runs a list
+                     of checks in turn, one runner per device.
 - :mod:`.fp_checks`  checks of the FP32 lane units (``hw.fp.FPLanes``) with operands and
                      NumPy ``float32`` results computed at build time.
 - :mod:`.axi_bram`   :class:`~.axi_bram.AxiBram`, an AXI4 memory in block RAM (PMEM stand-in).

@@ -1,7 +1,9 @@
 """Hardware that runs :class:`~boards.bist.check.Check`\\ s: ROM-fed stimulus, ROM-held
 expectations, and counters of compared results and errors."""
 
-from amaranth import Cat, Const, Module, Mux, Signal, unsigned
+import itertools
+
+from amaranth import Const, Module, Mux, Signal, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -16,71 +18,118 @@ COUNT_WIDTH = 16
 
 
 class CheckRunner(wiring.Component):
-    """Runs one check once ``start`` is seen high, then holds ``done``.
+    """Runs the checks of one device under test, one after another, once ``start`` is seen
+    high, then holds ``done``.
 
-    The stimulus and the expected results live in two read-only memories initialised at
-    build time (block RAM on an FPGA). Reads are synchronous; the stimulus port is enabled only
-    when its output register is empty or being consumed, so ``stimulus`` is a proper stream
-    (payload stable while ``valid & ~ready``). Results are always accepted.
+    The checks' stimulus and expected results live in two read-only memories, each check's
+    words after the previous one's, initialised at build time (block RAM on an FPGA): one
+    stimulus ROM, one expected-result ROM and one comparison per device, however many checks
+    it runs, so a device with 512-bit results carries one 512-bit ROM and comparator, not one
+    per check. Reads are synchronous; the stimulus port is enabled only when its output
+    register is empty or being consumed, so ``stimulus`` is a proper stream (payload stable
+    while ``valid & ~ready``). Results are always accepted.
 
-    The runner does not hold the device under test: :class:`SelfTest` connects ``stimulus``
-    and ``results`` to ``check.dut``, so several checks can run one after another on one
-    device (and see the state the previous ones left).
+    A check finishes ``timeout_cycles`` (its own) after its last expected result (watching for
+    extra, unexpected results meanwhile), or after ``timeout_cycles`` without any progress, in
+    which case every missing result counts as an error; the next check then starts with its
+    own first stimulus word and expected result.
 
-    The runner finishes ``timeout_cycles`` after the last expected result (watching for extra,
-    unexpected results meanwhile), or after ``timeout_cycles`` without any progress, in which
-    case every missing result counts as an error.
+    Parameters
+    ----------
+    checks : sequence of Check
+        At least one; all of one device under test (the same ``dut`` object) and with the
+        same ``match``.
 
     Members
     -------
     start : In(1)
-        Begin (sampled every cycle until the check has started).
+        Begin (sampled every cycle until the first check has started).
     done : Out(1)
-        The check has finished; the counters are final.
+        The last check has finished; the counters are final.
     compared : Out(COUNT_WIDTH)
         Results received and compared.
     errors : Out(COUNT_WIDTH)
         Wrong, extra and missing results.
-    stimulus : Out(stream.Signature(check.stimulus_width))
-        To ``check.dut.i``; valid only while the check runs.
-    results : In(stream.Signature(check.expected_width))
-        From ``check.dut.o``; counted only while the check runs (``ready`` is always 1).
+    stimulus : Out(stream.Signature(stimulus width))
+        To the device's ``i``; valid only while a check runs.
+    results : In(stream.Signature(result width))
+        From the device's ``o``; counted only while a check runs (``ready`` is always 1).
     """
 
-    def __init__(self, check):
-        if not isinstance(check, Check):
-            raise TypeError(f"Check must be a Check, not {check!r}")
-        limit = len(check.expected) + check.timeout_cycles
+    def __init__(self, checks):
+        checks = list(checks) if not isinstance(checks, Check) else [checks]
+        if not checks:
+            raise ValueError("Check runner needs at least one check")
+        for check in checks:
+            if not isinstance(check, Check):
+                raise TypeError(f"Check must be a Check, not {check!r}")
+        first = checks[0]
+        for check in checks[1:]:
+            if check.dut is not first.dut:
+                raise ValueError(f"Checks {first.name!r} and {check.name!r} have different "
+                                 f"devices under test; a runner runs the checks of one")
+            if check.match is not first.match:
+                raise ValueError(f"Checks {first.name!r} and {check.name!r} of one device "
+                                 f"compare with different match functions")
+        limit = sum(len(check.expected) + check.timeout_cycles for check in checks)
         if limit >= 1 << COUNT_WIDTH:
-            raise ValueError(f"Check {check.name!r} could count {limit} errors, more than a "
+            names = ", ".join(repr(check.name) for check in checks)
+            raise ValueError(f"Check {names} could count {limit} errors, more than a "
                              f"{COUNT_WIDTH}-bit counter holds")
-        self.check = check
+        self.checks = tuple(checks)
         super().__init__({
             "start": In(1),
             "done": Out(1),
             "compared": Out(COUNT_WIDTH),
             "errors": Out(COUNT_WIDTH),
-            "stimulus": Out(stream.Signature(check.stimulus_width)),
-            "results": In(stream.Signature(check.expected_width)),
+            "stimulus": Out(stream.Signature(first.stimulus_width)),
+            "results": In(stream.Signature(first.expected_width)),
         })
+
+    @property
+    def dut(self):
+        return self.checks[0].dut
 
     def elaborate(self, platform):
         m = Module()
-        check = self.check
+        checks = self.checks
         dut_i, dut_o = self.stimulus, self.results
-        n_stimulus, n_expected = len(check.stimulus), len(check.expected)
+        stimulus_words = [word for check in checks for word in check.stimulus]
+        expected_words = [word for check in checks for word in check.expected]
+        n_stimulus, n_expected = len(stimulus_words), len(expected_words)
 
         m.submodules.stimulus_rom = stimulus_rom = Memory(
-            shape=unsigned(check.stimulus_width), depth=n_stimulus, init=check.stimulus)
+            shape=unsigned(checks[0].stimulus_width), depth=n_stimulus, init=stimulus_words)
         m.submodules.expected_rom = expected_rom = Memory(
-            shape=unsigned(check.expected_width), depth=n_expected, init=check.expected)
+            shape=unsigned(checks[0].expected_width), depth=n_expected, init=expected_words)
         stimulus_port = stimulus_rom.read_port()
         expected_port = expected_rom.read_port()
+
+        # Where each check's words end in the ROMs, and its timeout.
+        def ends(lengths):
+            return list(itertools.accumulate(lengths))
+
+        index = Signal(range(len(checks)))
+        last_check = index == len(checks) - 1
+        stimulus_end = Signal(range(n_stimulus + 1))
+        expected_end = Signal(range(n_expected + 1))
+        timeout = Signal(range(max(check.timeout_cycles for check in checks) + 1))
+        with m.Switch(index):
+            for k, (stimulus_stop, expected_stop) in enumerate(zip(
+                    ends(len(check.stimulus) for check in checks),
+                    ends(len(check.expected) for check in checks), strict=True)):
+                with m.Case(k):
+                    m.d.comb += [stimulus_end.eq(stimulus_stop), expected_end.eq(expected_stop),
+                                 timeout.eq(checks[k].timeout_cycles)]
 
         started = Signal()
         m.d.sync += started.eq(started | self.start)
         active = Signal()
         m.d.comb += active.eq((started | self.start) & ~self.done)
+
+        idle = Signal.like(timeout)
+        finish = Signal()  # the running check is over
+        m.d.comb += finish.eq(active & (idle == timeout))
 
         # Stimulus: `issued` words have been read from the ROM into the port's data register.
         issued = Signal(range(n_stimulus + 1))
@@ -92,8 +141,11 @@ class CheckRunner(wiring.Component):
             dut_i.valid.eq(in_valid),
             dut_i.payload.eq(stimulus_port.data),
         ]
-        with m.If(advance):
-            with m.If(active & (issued < n_stimulus)):
+        with m.If(finish):
+            # A word the device did not take belongs to the check that is over.
+            m.d.sync += [in_valid.eq(0), issued.eq(stimulus_end)]
+        with m.Elif(advance):
+            with m.If(active & (issued < stimulus_end)):
                 m.d.sync += [in_valid.eq(1), issued.eq(issued + 1)]
             with m.Else():
                 m.d.sync += in_valid.eq(0)
@@ -103,19 +155,25 @@ class CheckRunner(wiring.Component):
         out_fire = Signal()
         m.d.comb += out_fire.eq(dut_o.valid & active)
         received = Signal(range(n_expected + 1))
-        all_received = received == n_expected
-        idle = Signal(range(check.timeout_cycles + 1))
-        finish = active & (idle == check.timeout_cycles)
+        all_received = received == expected_end
         take = out_fire & ~finish
-        m.d.comb += expected_port.addr.eq(Mux(take & ~all_received, received + 1, received))
+        next_received = Signal.like(received)
+        with m.If(finish):
+            m.d.comb += next_received.eq(expected_end)  # the next check's first result
+        with m.Elif(take & ~all_received):
+            m.d.comb += next_received.eq(received + 1)
+        with m.Else():
+            m.d.comb += next_received.eq(received)
+        m.d.comb += expected_port.addr.eq(next_received)
+        m.d.sync += received.eq(next_received)
 
         # One register stage between the ROM/DUT outputs and the wide comparison, so block RAM
         # clock-to-out and the compare logic are not in one path. Errors thus count one cycle
         # late, well before `finish` (at least `timeout_cycles` after the last result).
         staged_take = Signal()
         staged_extra = Signal()
-        staged_actual = Signal(check.expected_width)
-        staged_expected = Signal(check.expected_width)
+        staged_actual = Signal(checks[0].expected_width)
+        staged_expected = Signal(checks[0].expected_width)
         m.d.sync += [
             staged_take.eq(take),
             staged_extra.eq(all_received),
@@ -124,28 +182,34 @@ class CheckRunner(wiring.Component):
         ]
         wrong = Signal()
         m.d.comb += wrong.eq(staged_take & (staged_extra |
-                                            ~check.match(staged_actual, staged_expected)))
-        missing = Mux(finish, n_expected - received, 0)
+                                            ~checks[0].match(staged_actual, staged_expected)))
+        missing = Mux(finish, expected_end - received, 0)
         m.d.sync += self.errors.eq(self.errors + wrong + missing)
         with m.If(take & ~all_received):
-            m.d.sync += [received.eq(received + 1), self.compared.eq(self.compared + 1)]
+            m.d.sync += self.compared.eq(self.compared + 1)
 
         in_fire = dut_i.valid & dut_i.ready
-        with m.If(active):
+        with m.If(finish):
+            m.d.sync += idle.eq(0)
+            with m.If(last_check):
+                m.d.sync += self.done.eq(1)
+            with m.Else():
+                m.d.sync += index.eq(index + 1)
+        with m.Elif(active):
             with m.If((in_fire | out_fire) & ~all_received):
                 m.d.sync += idle.eq(0)
-            with m.Elif(~finish):
+            with m.Else():
                 m.d.sync += idle.eq(idle + 1)
-        with m.If(finish):
-            m.d.sync += self.done.eq(1)
         return m
 
 
 class SelfTest(wiring.Component):
-    """Runs a list of checks one after another, from reset.
+    """Runs a list of checks from reset, one device under test after another.
 
-    Checks may share a device under test (the same ``dut`` object): it is instantiated once
-    and each check drives it in turn, so a later check sees the state an earlier one left.
+    Checks may share a device under test (the same ``dut`` object): it is instantiated once,
+    with one :class:`CheckRunner` that runs its checks consecutively in the order given, so a
+    later check sees the state an earlier one left. Devices run in the order of their first
+    check.
 
     Members
     -------
@@ -170,12 +234,15 @@ class SelfTest(wiring.Component):
         checks = list(checks)
         if not checks:
             raise ValueError("Self-test needs at least one check")
-        self.runners = [CheckRunner(check) for check in checks]
-        self.expected_total = sum(len(check.expected) for check in checks)
         limit = sum(len(check.expected) + check.timeout_cycles for check in checks)
         if limit >= 1 << COUNT_WIDTH:
             raise ValueError(f"Checks could count {limit} errors, more than a "
                              f"{COUNT_WIDTH}-bit counter holds")
+        by_device = {}
+        for check in checks:
+            by_device.setdefault(id(check.dut), []).append(check)
+        self.runners = [CheckRunner(group) for group in by_device.values()]
+        self.expected_total = sum(len(check.expected) for check in checks)
         super().__init__()
 
     def elaborate(self, platform):
@@ -183,30 +250,16 @@ class SelfTest(wiring.Component):
         previous_done = Const(1)
         for index, runner in enumerate(self.runners):
             m.submodules[f"check_{index}"] = runner
+            m.submodules[f"dut_{index}"] = dut = runner.dut
             m.d.comb += runner.start.eq(previous_done)
-            previous_done = runner.done
-
-        # Each device once; its runners take turns (only the running one asserts valid).
-        users = {}
-        for runner in self.runners:
-            users.setdefault(id(runner.check.dut), []).append(runner)
-        for index, runners in enumerate(users.values()):
-            dut = runners[0].check.dut
-            m.submodules[f"dut_{index}"] = dut
-            payload = 0
-            for runner in runners:
-                payload = payload | Mux(runner.stimulus.valid, runner.stimulus.payload, 0)
-                m.d.comb += [
-                    runner.stimulus.ready.eq(dut.i.ready),
-                    runner.results.valid.eq(dut.o.valid),
-                    runner.results.payload.eq(dut.o.payload),
-                ]
-            m.d.comb += [
-                dut.i.valid.eq(Cat(runner.stimulus.valid for runner in runners).any()),
-                dut.i.payload.eq(payload),
-            ]
+            m.d.comb += [dut.i.valid.eq(runner.stimulus.valid),
+                         dut.i.payload.eq(runner.stimulus.payload),
+                         runner.stimulus.ready.eq(dut.i.ready),
+                         runner.results.valid.eq(dut.o.valid),
+                         runner.results.payload.eq(dut.o.payload)]
             if not isinstance(dut.o.ready, Const):
                 m.d.comb += dut.o.ready.eq(1)
+            previous_done = runner.done
         last = self.runners[-1]
         # Registered totals: the report and LED logic then starts from flip-flops.
         compared = sum(runner.compared for runner in self.runners)

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from bist_harness import run_bist
 
 from boards.bist.check import Check
-from boards.bist.runner import SelfTest
+from boards.bist.runner import CheckRunner, SelfTest
 from boards.bist.top import REPORT_FORMAT, BISTSystem
 
 HAVE_FP = importlib.util.find_spec("hw.fp") is not None
@@ -21,8 +21,10 @@ class Incrementer(wiring.Component):
     i: In(stream.Signature(8))
     o: Out(stream.Signature(8))
 
-    def __init__(self, *, silent=False):
+    def __init__(self, *, silent=False, stall_on=None, stall_cycles=64):
         self.silent = silent
+        self.stall_on = stall_on  # an input word after which it takes nothing for a while
+        self.stall_cycles = stall_cycles
         super().__init__()
 
     def elaborate(self, platform):
@@ -30,12 +32,18 @@ class Incrementer(wiring.Component):
         phase = Signal()
         m.d.sync += phase.eq(~phase)
         full = Signal()
-        m.d.comb += [self.i.ready.eq(phase & (~full | self.o.ready)),
+        stall = Signal(range(self.stall_cycles + 1))
+        m.d.comb += [self.i.ready.eq(phase & (~full | self.o.ready) & (stall == 0)),
                      self.o.valid.eq(full & ~self.silent)]
+        with m.If(stall != 0):
+            m.d.sync += stall.eq(stall - 1)
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += full.eq(0)
         with m.If(self.i.valid & self.i.ready):
             m.d.sync += [full.eq(1), self.o.payload.eq(self.i.payload + 1)]
+            if self.stall_on is not None:
+                with m.If(self.i.payload == self.stall_on):
+                    m.d.sync += stall.eq(self.stall_cycles)
         return m
 
 
@@ -90,6 +98,57 @@ def test_checks_can_share_a_device_under_test():
     assert line == REPORT_FORMAT.format(verdict="PASS", compared=9, errors=0)
     line, _ = run_bist(shared_device_checks(second_expected=[10, 10]))
     assert line == REPORT_FORMAT.format(verdict="FAIL", compared=9, errors=1)
+
+
+@pytest.mark.parametrize(("stimulus", "expected"), [
+    ([1, 2, 3], [2]),      # two extra results, counted while the first check times out
+    ([1], [2, 7, 7]),      # two missing results, counted when it gives up on them
+])
+def test_extra_and_missing_results_count_against_their_own_check_only(stimulus, expected):
+    # Either way the second check on the same device then starts at its own words.
+    shared = Incrementer()
+    checks = [Check(name="first", dut=shared, stimulus=stimulus, expected=expected,
+                    timeout_cycles=16),
+              Check(name="second", dut=shared, stimulus=[9, 8], expected=[10, 9],
+                    timeout_cycles=16)]
+    line, _ = run_bist(checks)
+    assert line == REPORT_FORMAT.format(verdict="FAIL", compared=3, errors=2)
+
+
+def test_stimulus_a_check_left_untaken_is_not_sent_in_the_next():
+    # The device stalls after 0x40 for longer than the first check's timeout, so 5 and 6
+    # are never taken; the second check must then send its own words, not those.
+    shared = Incrementer(stall_on=0x40, stall_cycles=64)
+    checks = [Check(name="first", dut=shared, stimulus=[0x40, 5, 6], expected=[0x41, 6, 7],
+                    timeout_cycles=16),
+              Check(name="second", dut=shared, stimulus=[9, 8], expected=[10, 9],
+                    timeout_cycles=128)]
+    line, _ = run_bist(checks)
+    assert line == REPORT_FORMAT.format(verdict="FAIL", compared=3, errors=2)
+
+
+def test_a_device_has_one_runner_and_one_set_of_roms():
+    shared = Incrementer()
+    first = Check(name="first", dut=shared, stimulus=[1], expected=[2])
+    other = incrementer_check(count=2)
+    second = Check(name="second", dut=shared, stimulus=[5], expected=[6])
+    self_test = SelfTest([first, other, second])
+    assert [runner.checks for runner in self_test.runners] == [(first, second), (other,)]
+
+
+def test_runner_takes_the_checks_of_one_device_with_one_match():
+    first = incrementer_check()
+    with pytest.raises(ValueError, match=r"^Check runner needs at least one check$"):
+        CheckRunner([])
+    with pytest.raises(ValueError, match=r"^Checks 'incrementer' and 'other' have different "
+                                         r"devices under test; a runner runs the checks of "
+                                         r"one$"):
+        CheckRunner([first, Check(name="other", dut=Incrementer(), stimulus=[1],
+                                  expected=[2])])
+    with pytest.raises(ValueError, match=r"^Checks 'incrementer' and 'loose' of one device "
+                                         r"compare with different match functions$"):
+        CheckRunner([first, Check(name="loose", dut=first.dut, stimulus=[1], expected=[2],
+                                  match=lambda actual, expected: actual[1:] == expected[1:])])
 
 
 def test_bist_counts_missing_results_of_a_silent_device():

@@ -35,7 +35,8 @@ def test_emb_design_fits_the_85f_block_ram():
     platform = get_board("ulx3s-85f").make_platform()
     plan = prepare_plan(platform, synth.make_emb_top(), **options)
     counts = block_rams(plan.files["top.il"], min_width=options["block_ram_min_width"])
-    # Yosys' synthesis of this design gave 150 DP16KD (README), as this count does.
+    # Yosys' synthesis gave as many DP16KD as this counts: 60 with the lookup engine alone and
+    # 105 with the update engine alone (boards.synth --engine); 135 here.
     total = sum(counts.values())
     listing = "\n".join(f"{count:4} {name}" for name, count in sorted(counts.items()))
     available = ecp5_capacity(platform.device)["EBR"]
