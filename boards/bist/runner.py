@@ -8,13 +8,17 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .check import Check
+from .check import Check, exact_match
 
-__all__ = ["COUNT_WIDTH", "CheckRunner", "SelfTest"]
+__all__ = ["COMPARE_SLICE_BITS", "COUNT_WIDTH", "CheckRunner", "SelfTest"]
 
 
 # Counters are 16 bits: four hex digits on the UART, and far more than a board test needs.
 COUNT_WIDTH = 16
+
+# Exact comparisons of wider results from a device that can hold them run this many bits a
+# cycle (see CheckRunner.compare_beats).
+COMPARE_SLICE_BITS = 128
 
 
 class CheckRunner(wiring.Component):
@@ -28,6 +32,13 @@ class CheckRunner(wiring.Component):
     per check. Reads are synchronous; the stimulus port is enabled only when its output
     register is empty or being consumed, so ``stimulus`` is a proper stream (payload stable
     while ``valid & ~ready``). Results are always accepted.
+
+    Results of more than :data:`COMPARE_SLICE_BITS` bits that are compared exactly
+    (:func:`~.check.exact_match`), from a device whose ``o`` can wait (``o.ready`` is not
+    constant), are compared a slice a cycle (:attr:`compare_beats`), with ``o.ready`` low
+    meanwhile: the expected-result ROM is then a slice wide, and so is the comparison. On an
+    ECP5 a 512-bit comparison next to its ROM's block RAMs was the one place the update
+    engine's self-test did not route. Other results are compared whole, one per cycle.
 
     A check finishes ``timeout_cycles`` (its own) after its last expected result (watching for
     extra, unexpected results meanwhile), or after ``timeout_cycles`` without any progress, in
@@ -53,7 +64,8 @@ class CheckRunner(wiring.Component):
     stimulus : Out(stream.Signature(stimulus width))
         To the device's ``i``; valid only while a check runs.
     results : In(stream.Signature(result width))
-        From the device's ``o``; counted only while a check runs (``ready`` is always 1).
+        From the device's ``o``; counted only while a check runs (``ready`` is 1 but while a
+        result is compared slice by slice).
     """
 
     def __init__(self, checks):
@@ -77,6 +89,11 @@ class CheckRunner(wiring.Component):
             raise ValueError(f"Check {names} could count {limit} errors, more than a "
                              f"{COUNT_WIDTH}-bit counter holds")
         self.checks = tuple(checks)
+        width = first.expected_width
+        sliceable = (first.match is exact_match and width > COMPARE_SLICE_BITS
+                     and width % COMPARE_SLICE_BITS == 0
+                     and not isinstance(first.dut.o.ready, Const))
+        self._compare_beats = width // COMPARE_SLICE_BITS if sliceable else 1
         super().__init__({
             "start": In(1),
             "done": Out(1),
@@ -90,6 +107,12 @@ class CheckRunner(wiring.Component):
     def dut(self):
         return self.checks[0].dut
 
+    @property
+    def compare_beats(self):
+        """Cycles a result's comparison takes: 1, or its width over
+        :data:`COMPARE_SLICE_BITS` where it is compared a slice a cycle."""
+        return self._compare_beats
+
     def elaborate(self, platform):
         m = Module()
         checks = self.checks
@@ -100,8 +123,13 @@ class CheckRunner(wiring.Component):
 
         m.submodules.stimulus_rom = stimulus_rom = Memory(
             shape=unsigned(checks[0].stimulus_width), depth=n_stimulus, init=stimulus_words)
+        beats = self._compare_beats
+        slice_width = checks[0].expected_width // beats
+        # Slice b of result k at k * beats + b.
+        expected_slices = [word >> (slice_width * b) & ((1 << slice_width) - 1)
+                           for word in expected_words for b in range(beats)]
         m.submodules.expected_rom = expected_rom = Memory(
-            shape=unsigned(checks[0].expected_width), depth=n_expected, init=expected_words)
+            shape=unsigned(slice_width), depth=n_expected * beats, init=expected_slices)
         stimulus_port = stimulus_rom.read_port()
         expected_port = expected_rom.read_port()
 
@@ -128,8 +156,10 @@ class CheckRunner(wiring.Component):
         m.d.comb += active.eq((started | self.start) & ~self.done)
 
         idle = Signal.like(timeout)
+        at_timeout = idle == timeout
+        comparing = Signal()  # a result is being compared slice by slice
         finish = Signal()  # the running check is over
-        m.d.comb += finish.eq(active & (idle == timeout))
+        m.d.comb += finish.eq(active & at_timeout & ~comparing)
 
         # Stimulus: `issued` words have been read from the ROM into the port's data register.
         issued = Signal(range(n_stimulus + 1))
@@ -150,10 +180,10 @@ class CheckRunner(wiring.Component):
             with m.Else():
                 m.d.sync += in_valid.eq(0)
 
-        # Results: the expected port always holds expected[received].
-        m.d.comb += dut_o.ready.eq(1)
+        # Results.
+        m.d.comb += dut_o.ready.eq(~comparing)
         out_fire = Signal()
-        m.d.comb += out_fire.eq(dut_o.valid & active)
+        m.d.comb += out_fire.eq(dut_o.valid & dut_o.ready & active)
         received = Signal(range(n_expected + 1))
         all_received = received == expected_end
         take = out_fire & ~finish
@@ -164,25 +194,48 @@ class CheckRunner(wiring.Component):
             m.d.comb += next_received.eq(received + 1)
         with m.Else():
             m.d.comb += next_received.eq(received)
-        m.d.comb += expected_port.addr.eq(next_received)
         m.d.sync += received.eq(next_received)
 
-        # One register stage between the ROM/DUT outputs and the wide comparison, so block RAM
-        # clock-to-out and the compare logic are not in one path. Errors thus count one cycle
-        # late, well before `finish` (at least `timeout_cycles` after the last result).
-        staged_take = Signal()
-        staged_extra = Signal()
-        staged_actual = Signal(checks[0].expected_width)
-        staged_expected = Signal(checks[0].expected_width)
-        m.d.sync += [
-            staged_take.eq(take),
-            staged_extra.eq(all_received),
-            staged_actual.eq(dut_o.payload),
-            staged_expected.eq(expected_port.data),
-        ]
         wrong = Signal()
-        m.d.comb += wrong.eq(staged_take & (staged_extra |
-                                            ~checks[0].match(staged_actual, staged_expected)))
+        if beats == 1:
+            # The expected port always holds expected[received]. One register stage between
+            # the ROM/DUT outputs and the wide comparison, so block RAM clock-to-out and the
+            # compare logic are not in one path. Errors thus count one cycle late, well before
+            # `finish` (at least `timeout_cycles` after the last result).
+            m.d.comb += expected_port.addr.eq(next_received)
+            staged_take = Signal()
+            staged_extra = Signal()
+            staged_actual = Signal(checks[0].expected_width)
+            staged_expected = Signal(checks[0].expected_width)
+            m.d.sync += [
+                staged_take.eq(take),
+                staged_extra.eq(all_received),
+                staged_actual.eq(dut_o.payload),
+                staged_expected.eq(expected_port.data),
+            ]
+            m.d.comb += wrong.eq(staged_take & (
+                staged_extra | ~checks[0].match(staged_actual, staged_expected)))
+        else:
+            # The result is held while its slices are compared with the ROM's, one a cycle;
+            # each slice's address goes out the cycle before it is compared.
+            beat = Signal(range(beats))
+            held = Signal(checks[0].expected_width)
+            held_index = Signal.like(received)
+            held_extra = Signal()
+            differs = Signal()  # an earlier slice of the held result
+            with m.If(take):
+                m.d.comb += expected_port.addr.eq(received * beats)
+                m.d.sync += [comparing.eq(1), beat.eq(0), held.eq(dut_o.payload),
+                             held_index.eq(received), held_extra.eq(all_received),
+                             differs.eq(0)]
+            with m.If(comparing):
+                m.d.comb += expected_port.addr.eq(held_index * beats + beat + 1)
+                mismatch = held.word_select(beat, slice_width) != expected_port.data
+                with m.If(beat == beats - 1):
+                    m.d.sync += comparing.eq(0)
+                    m.d.comb += wrong.eq(held_extra | differs | mismatch)
+                with m.Else():
+                    m.d.sync += [beat.eq(beat + 1), differs.eq(differs | mismatch)]
         missing = Mux(finish, expected_end - received, 0)
         m.d.sync += self.errors.eq(self.errors + wrong + missing)
         with m.If(take & ~all_received):
@@ -196,9 +249,9 @@ class CheckRunner(wiring.Component):
             with m.Else():
                 m.d.sync += index.eq(index + 1)
         with m.Elif(active):
-            with m.If((in_fire | out_fire) & ~all_received):
+            with m.If((in_fire | out_fire | comparing) & ~all_received):
                 m.d.sync += idle.eq(0)
-            with m.Else():
+            with m.Elif(~at_timeout):  # (held there while the last result is compared)
                 m.d.sync += idle.eq(idle + 1)
         return m
 
@@ -258,7 +311,7 @@ class SelfTest(wiring.Component):
                          runner.results.valid.eq(dut.o.valid),
                          runner.results.payload.eq(dut.o.payload)]
             if not isinstance(dut.o.ready, Const):
-                m.d.comb += dut.o.ready.eq(1)
+                m.d.comb += dut.o.ready.eq(runner.results.ready)
             previous_done = runner.done
         last = self.runners[-1]
         # Registered totals: the report and LED logic then starts from flip-flops.

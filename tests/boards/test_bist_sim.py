@@ -1,6 +1,7 @@
 """The self-test board design, simulated: verdict on the LEDs and the UART report line."""
 
 import importlib.util
+import random
 
 import pytest
 from amaranth import Module, Signal
@@ -9,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 from bist_harness import run_bist
 
 from boards.bist.check import Check
-from boards.bist.runner import CheckRunner, SelfTest
+from boards.bist.runner import COMPARE_SLICE_BITS, CheckRunner, SelfTest
 from boards.bist.top import REPORT_FORMAT, BISTSystem
 
 HAVE_FP = importlib.util.find_spec("hw.fp") is not None
@@ -18,14 +19,12 @@ HAVE_FP = importlib.util.find_spec("hw.fp") is not None
 class Incrementer(wiring.Component):
     """A toy device under test: ``o = i + 1`` through a one-entry buffer, accepting input only
     every other cycle, so the runner's stream handshake is exercised."""
-    i: In(stream.Signature(8))
-    o: Out(stream.Signature(8))
 
-    def __init__(self, *, silent=False, stall_on=None, stall_cycles=0):
+    def __init__(self, *, width=8, silent=False, stall_on=None, stall_cycles=0):
         self.silent = silent
         self.stall_on = stall_on  # an input word after which it takes nothing for a while
         self.stall_cycles = stall_cycles
-        super().__init__()
+        super().__init__({"i": In(stream.Signature(width)), "o": Out(stream.Signature(width))})
 
     def elaborate(self, platform):
         m = Module()
@@ -100,6 +99,7 @@ def test_checks_can_share_a_device_under_test():
     assert line == REPORT_FORMAT.format(verdict="FAIL", compared=9, errors=1)
 
 
+@pytest.mark.parametrize("width", [8, 512])  # 512: compared a slice a cycle
 @pytest.mark.parametrize(("stall_cycles", "stimulus", "expected"), [
     (0, [1, 2, 3], [2]),          # two extra results, counted while the first check times out
     (0, [1], [2, 7, 7]),          # two missing results, counted when it gives up on them
@@ -108,14 +108,48 @@ def test_checks_can_share_a_device_under_test():
     (64, [0x40, 5, 6], [0x41, 6, 7]),
 ])
 def test_a_check_that_goes_wrong_leaves_the_next_one_on_its_device_intact(
-        stall_cycles, stimulus, expected):
-    shared = Incrementer(stall_on=0x40 if stall_cycles else None, stall_cycles=stall_cycles)
+        width, stall_cycles, stimulus, expected):
+    shared = Incrementer(width=width, stall_on=0x40 if stall_cycles else None,
+                         stall_cycles=stall_cycles)
     checks = [Check(name="first", dut=shared, stimulus=stimulus, expected=expected,
                     timeout_cycles=16),
               Check(name="second", dut=shared, stimulus=[9, 8], expected=[10, 9],
                     timeout_cycles=16 + 2 * stall_cycles)]
     line, _ = run_bist(checks)
     assert line == REPORT_FORMAT.format(verdict="FAIL", compared=3, errors=2)
+
+
+@pytest.mark.parametrize("corrupt_bit", [None, 0, 127, 128, 300, 511])
+def test_wide_results_are_compared_a_slice_a_cycle(corrupt_bit):
+    draw = random.Random(5)
+    stimulus = [draw.getrandbits(512) for _ in range(6)]
+    expected = [(word + 1) % (1 << 512) for word in stimulus]
+    if corrupt_bit is not None:
+        expected[3] ^= 1 << corrupt_bit
+    check = Check(name="wide", dut=Incrementer(width=512), stimulus=stimulus,
+                  expected=expected, timeout_cycles=16)
+    assert SelfTest([check]).runners[0].compare_beats == 512 // COMPARE_SLICE_BITS
+    line, _ = run_bist([check])
+    errors = 0 if corrupt_bit is None else 1
+    assert line == REPORT_FORMAT.format(verdict="FAIL" if errors else "PASS", compared=6,
+                                        errors=errors)
+
+
+def test_only_exact_comparisons_of_a_device_that_can_wait_are_sliced():
+    def loose(actual, expected):
+        return actual[1:] == expected[1:]
+
+    wide = Check(name="wide", dut=Incrementer(width=512), stimulus=[1], expected=[2])
+    assert CheckRunner([wide]).compare_beats == 4
+    assert CheckRunner([Check(name="loose", dut=Incrementer(width=512), stimulus=[1],
+                              expected=[2], match=loose)]).compare_beats == 1
+    assert CheckRunner([incrementer_check()]).compare_beats == 1
+    if HAVE_FP:  # results that cannot wait (FP lanes: o.ready is constant)
+        from hw.fp import FPLanes
+
+        lanes = FPLanes(op="add", lanes=16)
+        assert CheckRunner([Check(name="lanes", dut=lanes, stimulus=[1],
+                                  expected=[2])]).compare_beats == 1
 
 
 def test_a_device_has_one_runner_and_one_set_of_roms():

@@ -9,6 +9,7 @@ from bist_harness import run_bist
 from boards.bist.check import Check
 from boards.bist.emb_checks import emb_checks, engine_workload
 from boards.bist.emb_dut import ENGINE_DEFAULTS
+from boards.bist.runner import CheckRunner
 from boards.bist.top import REPORT_FORMAT
 from hw.emb.layouts import PoolingMode
 from sw_model import embedding_bag_tbe
@@ -54,6 +55,8 @@ def test_workload_golden_results_agree_with_sw_model_directly():
 def test_checks_fit_the_engine_and_the_counters():
     lookup, update = emb_checks()
     assert lookup.dut is update.dut
+    # One runner for both, comparing the 512-bit lines 128 bits a cycle.
+    assert CheckRunner([lookup, update]).compare_beats == 4
     assert (len(lookup.expected), len(update.expected)) == (13, COMPARED - 13)
     with pytest.raises(ValueError, match=r"^The workload has 2 tables; the engine takes 1$"):
         emb_checks(max_tables=1)
