@@ -5,6 +5,7 @@ Usage::
     python -m boards.synth --board ulx3s-85f                  # bitstream + report + summary
     python -m boards.synth --board ulx3s-85f --clock-mhz 80   # another PLL frequency
     python -m boards.synth --board ulx3s-85f --synth-only     # Yosys alone: utilisation
+    python -m boards.synth --board ulx3s-85f --engine update  # one engine's self-test
     python -m boards.synth --board ulx3s-85f --nextpnr-extra "--router2-heatmap heat/"
     python -m boards.synth --board ecpix5-85 --design fp --lanes 4 --vectors 32
     python -m boards.synth --board alveo-u200 --no-build      # Vivado project and script
