@@ -28,10 +28,10 @@ class CheckRunner(wiring.Component):
     The checks' stimulus and expected results live in two read-only memories, each check's
     words after the previous one's, initialised at build time (block RAM on an FPGA): one
     stimulus ROM, one expected-result ROM and one comparison per device, however many checks
-    it runs, so a device with 512-bit results carries one 512-bit ROM and comparator, not one
-    per check. Reads are synchronous; the stimulus port is enabled only when its output
+    it runs. Reads are synchronous; the stimulus port is enabled only when its output
     register is empty or being consumed, so ``stimulus`` is a proper stream (payload stable
-    while ``valid & ~ready``). Results are always accepted.
+    while ``valid & ~ready``). Results are accepted at once, but while one is compared slice
+    by slice (below).
 
     Results of more than :data:`COMPARE_SLICE_BITS` bits that are compared exactly
     (:func:`~.check.exact_match`), from a device whose ``o`` can wait (``o.ready`` is not
@@ -47,7 +47,7 @@ class CheckRunner(wiring.Component):
 
     Parameters
     ----------
-    checks : sequence of Check
+    checks : Check or sequence of Check
         At least one; all of one device under test (the same ``dut`` object) and with the
         same ``match``.
 
@@ -86,8 +86,8 @@ class CheckRunner(wiring.Component):
         limit = sum(len(check.expected) + check.timeout_cycles for check in checks)
         if limit >= 1 << COUNT_WIDTH:
             names = ", ".join(repr(check.name) for check in checks)
-            raise ValueError(f"Check {names} could count {limit} errors, more than a "
-                             f"{COUNT_WIDTH}-bit counter holds")
+            raise ValueError(f"Check{'s' if len(checks) > 1 else ''} {names} could count "
+                             f"{limit} errors, more than a {COUNT_WIDTH}-bit counter holds")
         self.checks = tuple(checks)
         width = first.expected_width
         sliceable = (first.match is exact_match and width > COMPARE_SLICE_BITS

@@ -237,3 +237,14 @@ def test_board_design_parameters_are_validated():
         BISTBoardTop(make_checks=[])
     with pytest.raises(ValueError, match=r"^Baud rate must be a positive integer, not 0$"):
         BISTBoardTop(make_checks=list, baud_rate=0)
+
+
+def test_runner_refuses_checks_that_could_overflow_its_counters():
+    shared = Incrementer()
+    long_wait = Check(name="long", dut=shared, stimulus=[1], expected=[2],
+                      timeout_cycles=40_000)
+    assert CheckRunner(long_wait).checks == (long_wait,)
+    with pytest.raises(ValueError, match=r"^Checks 'long', 'again' could count 80002 errors, "
+                                         r"more than a 16-bit counter holds$"):
+        CheckRunner([long_wait, Check(name="again", dut=shared, stimulus=[1], expected=[2],
+                                      timeout_cycles=40_000)])
