@@ -75,6 +75,9 @@ class EmbeddingEngine(wiring.Component):
         Bags of a relaxed lookup the update engine keeps on chip between the correction
         passes of a chunked UPDATE (:class:`~hw.emb.update.UpdateEngine`; ``None``: its
         default).
+    correction_contexts : int or None
+        Bags whose corrections the update engine interleaves on the adder
+        (:class:`~hw.emb.update.UpdateEngine`; ``None``: its default).
     add_stages, mul_stages : int or None
         Float32 pipeline depths of both engines.
     mean_reciprocal : ``"pipelined"`` or ``"sequential"``
@@ -114,7 +117,7 @@ class EmbeddingEngine(wiring.Component):
                  output_buffer_depth=128, bag_slots=16, max_unique_rows=64,
                  update_outstanding_reads=16, add_stages=None, mul_stages=None,
                  shared_lanes=True, update_write_buffer=None, relaxed_lookup=True,
-                 correction_bags=None, mean_reciprocal="pipelined"):
+                 correction_bags=None, correction_contexts=None, mean_reciprocal="pipelined"):
         check_bool("Shared lanes", shared_lanes)
         check_bool("Relaxed lookup", relaxed_lookup)
         self._relaxed_lookup = relaxed_lookup
@@ -132,7 +135,7 @@ class EmbeddingEngine(wiring.Component):
             outstanding_reads=check_int("Update outstanding reads", update_outstanding_reads,
                                         minimum=1),
             write_buffer_lines=update_write_buffer, relaxed_lookup=relaxed_lookup,
-            correction_bags=correction_bags,
+            correction_bags=correction_bags, correction_contexts=correction_contexts,
             add_stages=add_stages, mul_stages=mul_stages)
         # Built now so that the update engine's own parameter checks run in this constructor.
         update_class = update_engine_class()

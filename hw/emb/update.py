@@ -77,6 +77,7 @@ _SHARED_SOURCES = ("indices", "weights", "offsets", "bag", "deferred_indices",
                    "deferred_weights", "deferred_offsets")
 _MAX_OUTSTANDING_WRITES = 64
 _DEFAULT_CORRECTION_BAGS = 64
+_DEFAULT_CORRECTION_CONTEXTS = 4
 
 
 def _check_int(value, low, high, message):
@@ -127,6 +128,12 @@ class UpdateEngine(wiring.Component):
         Bags of a deferred lookup kept on chip between the correction passes of a chunked
         UPDATE, 0..4096 (``max_dim / 16`` lines each); bags beyond go through memory after
         every chunk. ``None``: 64 with ``relaxed_lookup``, 0 without (which allows only 0).
+    correction_contexts : int or None
+        Bags whose corrections interleave on the adder, 1..``max_unique_rows``
+        (:class:`~hw.emb.update_datapath.UpdateDatapath`): one bag's additions are a chain a
+        full adder latency apart, so one at a time the correction runs at a few lines per
+        adder latency. ``None``: 4 (or ``max_unique_rows`` if fewer) with ``relaxed_lookup``,
+        1 without (which allows only 1).
 
     Members
     -------
@@ -163,7 +170,7 @@ class UpdateEngine(wiring.Component):
     def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
                  max_unique_rows=64, mul_stages=None, add_stages=None, outstanding_reads=16,
                  shared_lanes=False, write_buffer_lines=None, relaxed_lookup=True,
-                 correction_bags=None):
+                 correction_bags=None, correction_contexts=None):
         _check_int(max_tables, 1, 255, "Table count limit must be an integer in 1..255")
         if (not isinstance(max_dim, int) or isinstance(max_dim, bool)
                 or not 16 <= max_dim <= 65520 or max_dim % 16):
@@ -196,6 +203,16 @@ class UpdateEngine(wiring.Component):
             raise ValueError(f"Correction bags need the relaxed lookup: without it the count "
                              f"must be None or 0, not {correction_bags!r}")
         self._correction_bags = correction_bags
+        if correction_contexts is None:
+            correction_contexts = (min(_DEFAULT_CORRECTION_CONTEXTS, max_unique_rows)
+                                   if relaxed_lookup else 1)
+        _check_int(correction_contexts, 1, max_unique_rows,
+                   f"Correction contexts must be None or an integer in 1..{max_unique_rows} "
+                   f"(the unique-row capacity)")
+        if correction_contexts != 1 and not relaxed_lookup:
+            raise ValueError(f"Correction contexts need the relaxed lookup: without it the "
+                             f"count must be None or 1, not {correction_contexts!r}")
+        self._correction_contexts = correction_contexts
         self._max_tables = max_tables
         self._max_dim = max_dim
         self._num_regions = num_regions
@@ -269,6 +286,11 @@ class UpdateEngine(wiring.Component):
     def correction_bags(self):
         """Bags of a deferred lookup the correction keeps on chip between chunks."""
         return self._correction_bags
+
+    @property
+    def correction_contexts(self):
+        """Bags whose corrections interleave on the adder."""
+        return self._correction_contexts
 
     @property
     def lines_per_row(self):
@@ -357,7 +379,7 @@ class UpdateEngine(wiring.Component):
             line_address_width=line_address_width, mul_stages=self._mul_stages,
             add_stages=self._add_stages, shared_lanes=self._shared_lanes,
             write_depth=self._write_buffer_lines, cached_bags=self._correction_bags,
-            corrections=relaxed))
+            corrections=relaxed, correction_contexts=self._correction_contexts))
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), datapath.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)
@@ -426,7 +448,8 @@ class UpdateEngine(wiring.Component):
             corrector = per_command("corrector", CorrectionSequencer(
                 max_tables=self._max_tables, addr_width=aw, table_width=walker.table_width,
                 line_width=walker.line_width, slot_width=Shape.cast(range(capacity)).width,
-                cached_bags=self._correction_bags, bag_width=datapath.bag_width))
+                cached_bags=self._correction_bags, bag_width=datapath.bag_width,
+                contexts=self._correction_contexts, context_width=datapath.context_width))
             start_deferred_walk = walk_of(deferred_readers, deferred_walker, deferred,
                                           deferred_row_lines, deferred_use_weights, "deferred_")
             m.d.comb += [

@@ -62,13 +62,17 @@ class CorrectionSequencer(wiring.Component):
         This pass (not the last) stored a bag to memory: the next pass loads it from there,
         so it waits for the writes to complete. Cleared by ``start``.
 
+    ``contexts`` (with the datapath's ``context_width``): the bags it loads take the
+    datapath's contexts in turn, so up to that many are corrected at once.
+
     The bag store's contents are per UPDATE: reset the sequencer with each command.
     """
 
     def __init__(self, *, max_tables, addr_width, table_width, line_width, slot_width,
-                 cached_bags=0, bag_width=1):
+                 cached_bags=0, bag_width=1, contexts=1, context_width=1):
         self._max_tables = max_tables
         self._cached_bags = cached_bags
+        self._contexts = contexts
         law = addr_width - 6
         self._line_address_width = law
         super().__init__({
@@ -85,7 +89,7 @@ class CorrectionSequencer(wiring.Component):
             "bag_request": Out(stream.Signature(law)),
             "ops": Out(stream.Signature(correction_op_layout(
                 slot_width=slot_width, line_width=line_width, line_address_width=law,
-                bag_width=bag_width))),
+                bag_width=bag_width, context_width=context_width))),
             "done": Out(1),
             "spilled": Out(1),
         })
@@ -134,6 +138,10 @@ class CorrectionSequencer(wiring.Component):
             return in_store(number) & cached.bit_select(number, 1)
 
         held_ordinal = Signal.like(ordinal)
+        # The datapath context of the held bag: bags take the contexts in turn (the order in
+        # which the datapath expects their LOADs).
+        held_context = Signal(range(self._contexts))
+        next_context = Signal(range(self._contexts))
 
         m.d.comb += [
             self.probe.eq(self.occurrences.valid),
@@ -150,6 +158,7 @@ class CorrectionSequencer(wiring.Component):
         def offer(kind, **fields):
             """Offer an op on the held bag's lines; returns its acceptance."""
             m.d.comb += [self.ops.valid.eq(1), op.kind.eq(kind), op.lines.eq(held_lines),
+                         op.context.eq(held_context),
                          *(getattr(op, name).eq(value) for name, value in fields.items())]
             return self.ops.ready
 
@@ -168,6 +177,7 @@ class CorrectionSequencer(wiring.Component):
                             m.d.comb += [
                                 self.ops.valid.eq(1),
                                 op.kind.eq(CorrectionKind.CORRECT),
+                                op.context.eq(held_context),
                                 op.slot.eq(self.probe_slot),
                                 op.lines.eq(occurrence.lines),
                                 op.factor.eq(Mux(mode == PoolingMode.WEIGHTED,
@@ -188,6 +198,9 @@ class CorrectionSequencer(wiring.Component):
                             held_reciprocal.eq(occurrence.scale),
                             held_ordinal.eq(this_ordinal),
                             requested.eq(0),
+                            held_context.eq(next_context),
+                            next_context.eq(Mux(next_context == self._contexts - 1, 0,
+                                                next_context + 1)),
                         ]
                         with m.If(stored(this_ordinal)):
                             m.next = "Load-Op"

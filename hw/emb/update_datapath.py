@@ -8,11 +8,18 @@ and one adder serve both, one job at a time (the engine never overlaps them):
 * apply (per line of a row of the chunk): ``row_line - lr * acc[slot, line]``, to be written;
   with ``keep_deltas`` the new line minus the old one then replaces ``acc[slot, line]``
   (``sw_model.relaxed``, step 1: what the row changed by);
-* correct (a relaxed lookup's bag, held in ``lines_per_slot`` accumulator registers):
+* correct (a relaxed lookup's bags, each held in ``lines_per_slot`` accumulator registers of
+  one of ``correction_contexts`` contexts):
   ``bag[line] = bag[line] + delta[slot, line] * factor``; ``bag[line] = bag[line] * (1/L)``
   for MEAN (as ``product + (-0.0)``, exact); load and store a bag, from and to memory or
   the bag store (``cached_bags`` bags kept on chip between the correction passes of one
   UPDATE, so a bag corrected after every chunk goes through memory once).
+
+A bag's corrections form a chain (each adds to the previous sum, ``add latency + 1`` cycles
+apart), so one bag at a time would keep the adder idle most of the time. Each context has its
+own queue of ops, run in order; the contexts take the adder in turn, so up to
+``correction_contexts`` bags' chains interleave while each bag keeps the order of its own
+additions (the bit-exact contract of ``sw_model.relaxed``).
 
 The gradient buffer holds ``capacity`` slots of ``max_dim / 16`` lines. An accumulation reads
 its slot's line when the product leaves the multiplier and writes the sum when it leaves the
@@ -40,8 +47,8 @@ _NEGATIVE_ZERO_LINE = Const(int("80000000" * _LANES, 16), 32 * _LANES)
 
 class CorrectionKind(enum.Enum, shape=2):
     """What one correction op does to the bag registers, over the op's ``lines``."""
-    # LOAD and STORE run after every earlier op has finished; with ``cached`` they read and
-    # write the bag store's entry ``bag`` instead of memory.
+    # LOAD and STORE run after every earlier op of their context has finished; with ``cached``
+    # they read and write the bag store's entry ``bag`` instead of memory.
     LOAD = 0     # take the lines from ``bag_lines`` (or the bag store)
     CORRECT = 1  # bag[l] = bag[l] + delta[slot, l] * factor
     SCALE = 2    # bag[l] = bag[l] * factor (after every CORRECT has finished)
@@ -57,9 +64,11 @@ class _Job(enum.Enum, shape=3):
     SCALE = 4
 
 
-def correction_op_layout(*, slot_width, line_width, line_address_width, bag_width):
+def correction_op_layout(*, slot_width, line_width, line_address_width, bag_width,
+                         context_width=1):
     return data.StructLayout({
         "kind": CorrectionKind,
+        "context": unsigned(context_width),
         "cached": 1,
         "bag": unsigned(bag_width),
         "slot": unsigned(slot_width),
@@ -97,6 +106,11 @@ class UpdateDatapath(wiring.Component):
         Build the correction of a relaxed lookup (default True). Without it there are no
         ``keep_deltas``, ``correction``, ``bag_lines`` and ``correction_idle`` ports, no bag
         registers and no ``new - old`` path, and ``cached_bags`` must be 0.
+    correction_contexts : int
+        Bags corrected at once, 1..``capacity`` (default 1): each has ``lines_per_slot`` bag
+        registers and a queue of ``correction_queue_depth`` ops (module docstring).
+    correction_queue_depth : int
+        Ops each context's queue holds, 2..4096 (default 16).
 
     Members
     -------
@@ -120,19 +134,32 @@ class UpdateDatapath(wiring.Component):
         command). A line then takes the adder twice, so apply admits one only when both of
         its adder cycles are free: at least one line every other cycle.
     correction : ``In(stream.Signature(correction_op_layout(...)))`` (with ``corrections``)
-        Correction ops (:class:`CorrectionKind`), run in order one line per cycle.
+        Correction ops (:class:`CorrectionKind`), each queued for its ``context``; a context
+        runs its ops in order, one line per cycle. LOAD ops must go to the contexts in turn
+        (0, 1, ..., ``correction_contexts - 1``, 0, ...): their lines arrive in that order.
     bag_lines : ``In(stream.Signature(512))``
-        Lines for LOAD ops.
+        Lines for LOAD ops not from the bag store, in LOAD order.
     correction_idle : ``Out(1)``
         No correction op waits or is in flight.
     """
 
     def __init__(self, *, capacity, lines_per_slot, line_address_width, mul_stages=None,
                  add_stages=None, write_depth=None, shared_lanes=False, cached_bags=0,
-                 corrections=True):
+                 corrections=True, correction_contexts=1, correction_queue_depth=16):
         if cached_bags and not corrections:
             raise ValueError(f"A bag store needs the corrections: cached_bags must be 0 "
                              f"without them, not {cached_bags!r}")
+        if (not isinstance(correction_contexts, int) or isinstance(correction_contexts, bool)
+                or not 1 <= correction_contexts <= capacity):
+            raise ValueError(f"Correction contexts must be an integer in 1..{capacity} (the "
+                             f"capacity), not {correction_contexts!r}")
+        if (not isinstance(correction_queue_depth, int)
+                or isinstance(correction_queue_depth, bool)
+                or not 2 <= correction_queue_depth <= 4096):
+            raise ValueError(f"Correction queue depth must be an integer in 2..4096, not "
+                             f"{correction_queue_depth!r}")
+        self._contexts = correction_contexts
+        self._queue_depth = correction_queue_depth
         self._corrections = bool(corrections)
         self._capacity = capacity
         self._cached_bags = cached_bags
@@ -166,7 +193,8 @@ class UpdateDatapath(wiring.Component):
                 "keep_deltas": In(1),
                 "correction": In(stream.Signature(correction_op_layout(
                     slot_width=self._slot_width, line_width=self._line_width,
-                    line_address_width=line_address_width, bag_width=self.bag_width))),
+                    line_address_width=line_address_width, bag_width=self.bag_width,
+                    context_width=self.context_width))),
                 "bag_lines": In(stream.Signature(LINE_BITS)),
                 "correction_idle": Out(1),
             }
@@ -217,6 +245,20 @@ class UpdateDatapath(wiring.Component):
     def corrections(self):
         """Whether the correction of a relaxed lookup is built."""
         return self._corrections
+
+    @property
+    def correction_contexts(self):
+        """Bags whose corrections interleave."""
+        return self._contexts
+
+    @property
+    def correction_queue_depth(self):
+        return self._queue_depth
+
+    @property
+    def context_width(self):
+        """Width of an op's ``context``."""
+        return Shape.cast(range(max(2, self._contexts))).width
 
     @property
     def bag_width(self):
@@ -280,24 +322,37 @@ class UpdateDatapath(wiring.Component):
         # Without corrections nothing keeps deltas, so apply's adder has no second pass.
         keep_deltas = self.keep_deltas if self._corrections else Const(0)
         if self._corrections:
-            # A relaxed lookup's bag being corrected (registers: at most max_dim / 16 lines).
-            bag = Array(Signal(LINE_BITS, name=f"bag_{line}") for line in range(lps))
+            contexts = self._contexts
+            # The bags being corrected: context c holds its bag in lines c * lps .. c * lps +
+            # lps - 1 (an op's "bag line", also what the lanes' ``buffer`` tag carries).
+            bag_line_width = Shape.cast(range(contexts * lps)).width
+            bag = Array(Signal(LINE_BITS, name=f"bag_{index}") for index in range(contexts * lps))
             # The bag store: a read answers the cycle after, into ``bag`` (``store_loading``).
-            store_loading = Signal(data.StructLayout({"valid": 1, "line": self._line_width}))
+            store_loading = Signal(data.StructLayout({"valid": 1, "line": bag_line_width}))
             if self._cached_bags:
                 bag_store = m.submodules.bag_store = Memory(
                     shape=LINE_BITS, depth=self._cached_bags * lps, init=[])
                 store_write = bag_store.write_port()
                 store_read = bag_store.read_port()
             subtracting = Signal(range(self._write_depth + 2))  # ``new - old`` in flight
-            correcting = Signal(range(self.accumulate_latency + 4))  # CORRECT/SCALE in flight
-            scaling = Signal(range(self.accumulate_latency + 4))     # SCALE in flight
+            # Per context: CORRECT/SCALE ops in flight, and SCALE ops in flight.
+            in_flight = range(self.accumulate_latency + 4)
+            correcting = [Signal(in_flight, name=f"correcting_{c}") for c in range(contexts)]
+            scaling = [Signal(in_flight, name=f"scaling_{c}") for c in range(contexts)]
+            op_layout = self.correction.payload.shape()
+            queues = []
+            for c in range(contexts):
+                queue = fifo.SyncFIFOBuffered(width=op_layout.size, depth=self._queue_depth)
+                m.submodules[f"correction_queue_{c}"] = queue
+                queues.append(queue)
             feedback_valid = Signal()
             correction_staged = Signal()
             m.d.comb += [
                 self.apply_idle.eq((applying == 0) & (subtracting == 0) & ~feedback_valid),
-                self.correction_idle.eq((correcting == 0) & ~correction_staged &
-                                        ~store_loading.valid & ~self.correction.valid),
+                self.correction_idle.eq(
+                    Cat(*(counter == 0 for counter in correcting)).all() & ~correction_staged &
+                    ~store_loading.valid & ~self.correction.valid &
+                    ~Cat(*(queue.r_rdy | (queue.level != 0) for queue in queues)).any()),
             ]
         else:
             m.d.comb += self.apply_idle.eq(applying == 0)
@@ -360,66 +415,109 @@ class UpdateDatapath(wiring.Component):
                          apply_buffer.eq(stage_a_buffer)]
 
         if self._corrections:
-            # Correction ops, stage 0: one line per cycle (reading its delta for CORRECT);
-            # stage 1 feeds the multiplier.
-            op = self.correction.payload
-            op_line = Signal(self._line_width)
-            op_last = op_line + 1 == op.lines
-            bag_recent = [Signal(data.StructLayout({"valid": 1, "line": self._line_width}),
+            # Correction ops: queued per context; stage 0 takes one line per cycle from one
+            # context (reading its delta for CORRECT); stage 1 feeds the multiplier.
+            incoming = self.correction.payload
+            for c, queue in enumerate(queues):
+                mine = incoming.context == c
+                m.d.comb += [queue.w_data.eq(incoming),
+                             queue.w_en.eq(self.correction.valid & mine)]
+                with m.If(mine):
+                    m.d.comb += self.correction.ready.eq(queue.w_rdy)
+            heads = [data.View(op_layout, queue.r_data) for queue in queues]
+            op_lines = [Signal(self._line_width, name=f"op_line_{c}") for c in range(contexts)]
+            load_turn = Signal(range(contexts))   # the context whose LOAD comes next
+            bag_recent = [Signal(data.StructLayout({"valid": 1, "line": bag_line_width}),
                                  name=f"bag_recent_{age}") for age in range(self.hazard_window)]
-            bag_line_busy = Cat(*(entry.valid & (entry.line == op_line)
-                                  for entry in bag_recent)).any()
+
+            def from_store_of(op):
+                return op.cached if self._cached_bags else Const(0)
+
+            ready = Signal(contexts)   # context c's head op can take its next line now
+            for c, (queue, head, line) in enumerate(zip(queues, heads, op_lines, strict=True)):
+                own_line = c * lps + line
+                busy = Cat(*(entry.valid & (entry.line == own_line)
+                             for entry in bag_recent)).any()
+                quiet = (correcting[c] == 0) & ~(store_loading.valid &
+                                                 (store_loading.line >= c * lps) &
+                                                 (store_loading.line < (c + 1) * lps))
+                can = Signal(name=f"can_{c}")
+                with m.Switch(head.kind):
+                    with m.Case(CorrectionKind.LOAD):
+                        m.d.comb += can.eq(quiet & (load_turn == c) &
+                                           (from_store_of(head) | self.bag_lines.valid))
+                    with m.Case(CorrectionKind.CORRECT):
+                        m.d.comb += can.eq(~busy)
+                    with m.Case(CorrectionKind.SCALE):
+                        # (Every op of c in flight is a SCALE: no CORRECT left.)
+                        m.d.comb += can.eq(correcting[c] == scaling[c])
+                    with m.Case(CorrectionKind.STORE):
+                        m.d.comb += can.eq(quiet & (from_store_of(head) | writes.w_rdy))
+                m.d.comb += ready[c].eq(queue.r_rdy & can)
+            # The contexts take turns: the first ready one after the last to go.
+            last = Signal(range(contexts))
+            chosen = Signal(range(contexts))
+            op_go = Signal()
+            with m.Switch(last):
+                for previous in range(contexts):
+                    with m.Case(previous):
+                        for offset in reversed(range(1, contexts + 1)):  # (the last If wins)
+                            c = (previous + offset) % contexts
+                            with m.If(ready[c]):
+                                m.d.comb += [chosen.eq(c), op_go.eq(1)]
+            op = data.View(op_layout, Array(queue.r_data for queue in queues)[chosen])
+            op_line = Array(op_lines)[chosen]
+            from_store = from_store_of(op)
+            chosen_line = Signal(bag_line_width)
+            m.d.comb += chosen_line.eq(chosen * lps + op_line)
             correct_go = Signal()
             scale_go = Signal()
             load_go = Signal()
             store_go = Signal()
-            quiet = (correcting == 0) & ~correction_staged & ~store_loading.valid
-            from_store = op.cached if self._cached_bags else Const(0)
-            with m.If(self.correction.valid):
-                with m.Switch(op.kind):
-                    with m.Case(CorrectionKind.LOAD):
-                        m.d.comb += load_go.eq(quiet & (from_store | self.bag_lines.valid))
-                    with m.Case(CorrectionKind.CORRECT):
-                        m.d.comb += correct_go.eq(~bag_line_busy)
-                    with m.Case(CorrectionKind.SCALE):
-                        # (Every op in flight, staged ones included, is a SCALE: no CORRECT left.)
-                        m.d.comb += scale_go.eq(correcting == scaling)
-                    with m.Case(CorrectionKind.STORE):
-                        m.d.comb += store_go.eq(quiet & (from_store | writes.w_rdy))
-            op_go = load_go | correct_go | scale_go | store_go
+            m.d.comb += [
+                load_go.eq(op_go & (op.kind == CorrectionKind.LOAD)),
+                correct_go.eq(op_go & (op.kind == CorrectionKind.CORRECT)),
+                scale_go.eq(op_go & (op.kind == CorrectionKind.SCALE)),
+                store_go.eq(op_go & (op.kind == CorrectionKind.STORE)),
+            ]
             with m.If(op_go):
-                with m.If(op_last):
-                    m.d.comb += self.correction.ready.eq(1)
-                    m.d.sync += op_line.eq(0)
-                with m.Else():
-                    m.d.sync += op_line.eq(op_line + 1)
+                m.d.sync += last.eq(chosen)
+            for c, (queue, line) in enumerate(zip(queues, op_lines, strict=True)):
+                with m.If(op_go & (chosen == c)):
+                    with m.If(line + 1 == heads[c].lines):
+                        m.d.comb += queue.r_en.eq(1)
+                        m.d.sync += line.eq(0)
+                        with m.If(heads[c].kind == CorrectionKind.LOAD):
+                            m.d.sync += load_turn.eq(0 if c == contexts - 1 else c + 1)
+                    with m.Else():
+                        m.d.sync += line.eq(line + 1)
             m.d.comb += self.bag_lines.ready.eq(load_go & ~from_store)
             m.d.sync += [store_loading.valid.eq(load_go & from_store),
-                         store_loading.line.eq(op_line)]
+                         store_loading.line.eq(chosen_line)]
             with m.If(load_go & ~from_store):
-                m.d.sync += bag[op_line].eq(self.bag_lines.payload)
+                m.d.sync += bag[chosen_line].eq(self.bag_lines.payload)
             if self._cached_bags:
                 store_line = op.bag * lps + op_line
                 m.d.comb += [
                     store_read.addr.eq(store_line),
                     store_write.addr.eq(store_line),
-                    store_write.data.eq(bag[op_line]),
+                    store_write.data.eq(bag[chosen_line]),
                     store_write.en.eq(store_go & from_store),
                 ]
                 with m.If(store_loading.valid):
                     m.d.sync += bag[store_loading.line].eq(store_read.data)
             for newer, older in zip([None, *bag_recent], bag_recent, strict=False):
                 if newer is None:
-                    m.d.sync += [older.valid.eq(correct_go), older.line.eq(op_line)]
+                    m.d.sync += [older.valid.eq(correct_go), older.line.eq(chosen_line)]
                 else:
                     m.d.sync += older.eq(newer)
             staged_job = Signal(_Job)
-            staged_line = Signal(self._line_width)
+            staged_line = Signal(bag_line_width)
             staged_factor = Signal(32)
             m.d.sync += correction_staged.eq(correct_go | scale_go)
             with m.If(correct_go | scale_go):
                 m.d.sync += [staged_job.eq(Mux(correct_go, _Job.CORRECT, _Job.SCALE)),
-                             staged_line.eq(op_line), staged_factor.eq(op.factor)]
+                             staged_line.eq(chosen_line), staged_factor.eq(op.factor)]
 
         # Multiplier input: an accumulation, an apply stage B or a correction stage 1, never
         # two at once (the engine runs one phase at a time).
@@ -465,7 +563,7 @@ class UpdateDatapath(wiring.Component):
         with m.If(multiplier.o.valid & (product_tag.job == _Job.ACCUMULATE)):
             m.d.comb += buffer_read.addr.eq(product_tag.buffer)
         if self._corrections:
-            with m.Elif(self.correction.valid & (op.kind == CorrectionKind.CORRECT)):
+            with m.Elif(correct_go):
                 m.d.comb += buffer_read.addr.eq(op.slot * lps + op_line)
         with m.Else():
             m.d.comb += buffer_read.addr.eq(stage_a_buffer)
@@ -543,17 +641,22 @@ class UpdateDatapath(wiring.Component):
         with m.If(finished_apply):
             m.d.sync += [feedback.new.eq(result), feedback.old.eq(result_tag.row),
                          feedback.buffer.eq(result_tag.buffer)]
-        with m.If(job_done[_Job.CORRECT] | job_done[_Job.SCALE]):
-            m.d.sync += bag[result_tag.buffer[:self._line_width]].eq(result)
+        finished_line = result_tag.buffer[:bag_line_width]
+        finished_correct = job_done[_Job.CORRECT] | job_done[_Job.SCALE]
+        with m.If(finished_correct):
+            m.d.sync += bag[finished_line].eq(result)
         with m.If(store_go & ~from_store):  # (the engine never applies while it corrects)
             m.d.comb += [writes.w_en.eq(1),
                          writes.w_data.eq(Cat((op.address + op_line)[:self._line_address_width],
-                                             bag[op_line]))]
-        finished_correct = job_done[_Job.CORRECT] | job_done[_Job.SCALE]
-        m.d.sync += [
-            subtracting.eq(subtracting + (finished_apply & keep_deltas)
-                           - job_done[_Job.DELTA]),
-            correcting.eq(correcting + (correct_go | scale_go) - finished_correct),
-            scaling.eq(scaling + scale_go - job_done[_Job.SCALE]),
-        ]
+                                             bag[chosen_line]))]
+        m.d.sync += subtracting.eq(subtracting + (finished_apply & keep_deltas)
+                                   - job_done[_Job.DELTA])
+        for c in range(contexts):
+            went = chosen == c
+            came = (finished_line >= c * lps) & (finished_line < (c + 1) * lps)
+            m.d.sync += [
+                correcting[c].eq(correcting[c] + ((correct_go | scale_go) & went)
+                                 - (finished_correct & came)),
+                scaling[c].eq(scaling[c] + (scale_go & went) - (job_done[_Job.SCALE] & came)),
+            ]
         return m

@@ -105,6 +105,7 @@ class UniqueRows(wiring.Component):
                      self.probe_hit.eq(hit), self.probe_slot.eq(hit_slot)]
 
         output_free = ~self.o.valid | self.o.ready
+        insert = Signal()   # the occurrence takes the next free slot
         with m.If(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         with m.If(self.clear):
@@ -119,11 +120,14 @@ class UniqueRows(wiring.Component):
             with m.If(hit):
                 m.d.sync += self.o.payload.slot.eq(hit_slot)
             with m.Else():
+                m.d.comb += insert.eq(1)
                 m.d.sync += [self.o.payload.slot.eq(count), count.eq(count + 1)]
-                with m.Switch(count):
-                    for slot, key in enumerate(keys):
-                        with m.Case(slot):
-                            m.d.sync += key.eq(wanted)
+        # One enable per key, not a switch over ``count`` in every key's process: that is
+        # capacity x capacity cases in the netlist (1,024 slots: a million, more than
+        # Verilator's memory holds).
+        for slot, key in enumerate(keys):
+            with m.If(insert & (count == slot)):
+                m.d.sync += key.eq(wanted)
 
         with m.Switch(self.key_slot):
             for slot, key in enumerate(keys):

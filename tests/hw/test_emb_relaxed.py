@@ -80,12 +80,12 @@ class TwoBatches:
     descriptors: object
 
     @classmethod
-    def draw(cls, rng, modes):
+    def draw(cls, rng, modes, *, bags=3, max_bag=4):
         from amaranth.lib import data
-        rows, dims, bags, table_base = [6, 5], [16, 32], 3, [0x1000, 0x2000]
+        rows, dims, table_base = [6, 5], [16, 32], [0x1000, 0x2000]
         tables = [rng.uniform(-4, 4, size=(r, d)).astype(np.float32)
                   for r, d in zip(rows, dims, strict=True)]
-        batches = [draw_batch(rng, rows, bags, 0x4000 + k * 0x2000, max_bag=4)
+        batches = [draw_batch(rng, rows, bags, 0x4000 + k * 0x2000, max_bag=max_bag)
                    for k in range(2)]
         image = bytearray(1 << AW)
         for table, base in zip(tables, table_base, strict=True):
@@ -207,16 +207,23 @@ def test_deferred_lookup_is_corrected_by_the_update(modes):
         assert same_bits(got.reshape(bags, row_floats), expected).all(), f"batch {k} output"
 
 
-@pytest.mark.parametrize("correction_bags", [0, 2, 16])
+@pytest.mark.parametrize(("correction_bags", "contexts", "bags", "max_bag"), [
+    (0, 4, 3, 4), (2, 4, 3, 4), (16, 4, 3, 4),
+    # One bag at a time; and bags of 1 to 12 occurrences interleaved two and three at a
+    # time, so a short bag's context comes round while a long one's chain still runs.
+    (2, 1, 3, 4), (2, 2, 5, 12), (3, 3, 5, 12),
+])
 @pytest.mark.parametrize("mode", [PoolingMode.MEAN, PoolingMode.WEIGHTED])
-def test_chunked_update_corrects_chunk_by_chunk(mode, correction_bags):
+def test_chunked_update_corrects_chunk_by_chunk(mode, correction_bags, contexts, bags,
+                                                max_bag):
     """Batch N has more distinct rows than the CAM holds: UPDATE(N) corrects the deferred
     LOOKUP(N+1) after each chunk it writes (``sw_model.relaxed``, chunked), and scales MEAN
-    bags after the last. Between chunks the bags wait on chip (16: all six), in memory (0),
-    or both (2: the first two on chip)."""
-    rng = np.random.default_rng(21 + mode.value)
+    bags after the last. Between chunks the bags wait on chip (16: all of them), in memory
+    (0), or both (2 and 3: the first ones on chip); ``contexts`` bags are corrected at
+    once."""
+    rng = np.random.default_rng(21 + mode.value + 100 * (contexts - 1))
     capacity = 4
-    case = TwoBatches.draw(rng, (mode, mode))
+    case = TwoBatches.draw(rng, (mode, mode), bags=bags, max_bag=max_bag)
     rows, dims, bags, tables, table_base = (case.rows, case.dims, case.bags, case.tables,
                                             case.table_base)
     batches, image, gradient, descriptors = (case.batches, case.image, case.gradient,
@@ -226,8 +233,9 @@ def test_chunked_update_corrects_chunk_by_chunk(mode, correction_bags):
              (command(Opcode.LOOKUP, 1, batches[1], bags, 2, "output"), 1),
              (command(Opcode.UPDATE, 0, batches[0], bags, 2, "gradient"), 1)]
     statuses, memory = run(EmbeddingEngine(**PARAMS, max_unique_rows=capacity,
-                                           correction_bags=correction_bags), image, steps,
-                           descriptors=descriptors)
+                                           correction_bags=correction_bags,
+                                           correction_contexts=contexts), image, steps,
+                           descriptors=descriptors, deadline=200_000)
     assert [s.error for s in statuses] == [ErrorCode.NONE] * 3
 
     name = _MODE_NAMES[mode]

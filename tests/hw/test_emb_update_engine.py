@@ -54,6 +54,10 @@ BAD_PARAMETERS = [
      r"Correction bag count must be None or an integer in 0\.\.4096, not -1"),
     ("correction_bags", True,
      r"Correction bag count must be None or an integer in 0\.\.4096, not True"),
+    ("correction_contexts", 0, r"Correction contexts must be None or an integer in 1\.\.64 "
+                               r"\(the unique-row capacity\), not 0"),
+    ("correction_contexts", 65, r"Correction contexts must be None or an integer in 1\.\.64 "
+                                r"\(the unique-row capacity\), not 65"),
 ]
 
 
@@ -72,6 +76,16 @@ def test_correction_bags_need_the_relaxed_lookup():
     assert UpdateEngine(relaxed_lookup=False, correction_bags=0).correction_bags == 0
     assert UpdateEngine(relaxed_lookup=False).correction_bags == 0
     assert UpdateEngine().correction_bags == 64
+
+
+def test_correction_contexts_default_and_need_the_relaxed_lookup():
+    assert UpdateEngine().correction_contexts == 4
+    assert UpdateEngine(max_unique_rows=2).correction_contexts == 2
+    assert UpdateEngine(relaxed_lookup=False).correction_contexts == 1
+    assert UpdateEngine(relaxed_lookup=False, correction_contexts=1).correction_contexts == 1
+    with pytest.raises(ValueError, match=r"^Correction contexts need the relaxed lookup: "
+                                         r"without it the count must be None or 1, not 2$"):
+        UpdateEngine(relaxed_lookup=False, correction_contexts=2)
 
 
 def test_derived_figures_and_ports():

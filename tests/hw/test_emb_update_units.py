@@ -412,3 +412,18 @@ def test_datapath_without_corrections_has_no_correction_ports():
     with pytest.raises(ValueError, match=r"^A bag store needs the corrections: cached_bags "
                                          r"must be 0 without them, not 2$"):
         UpdateDatapath(**kwargs, corrections=False, cached_bags=2)
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("correction_contexts", 0, r"Correction contexts must be an integer in 1\.\.4 \(the "
+                               r"capacity\), not 0"),
+    ("correction_contexts", 5, r"Correction contexts must be an integer in 1\.\.4 \(the "
+                               r"capacity\), not 5"),
+    ("correction_queue_depth", 1,
+     r"Correction queue depth must be an integer in 2\.\.4096, not 1"),
+    ("correction_queue_depth", 2.0,
+     r"Correction queue depth must be an integer in 2\.\.4096, not 2\.0"),
+])
+def test_datapath_rejects_bad_correction_parameters(name, value, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        UpdateDatapath(capacity=4, lines_per_slot=2, line_address_width=10, **{name: value})
