@@ -25,11 +25,13 @@ SYSTEM = Design("ckpt_system", "tb.ckpt.harness:CheckpointSystem", {
 #: The paper-style benchmark's system (``python -m bench paper``): RM1/RM2-shaped presets (up to
 #: 32 tables, D up to 64, bags of 120), PMEM of 32 MiB (:mod:`sim.line_ram`: its size costs no
 #: build time), the index and offset windows
-#: sized so a scaled batch is read once, 256 unique rows per UPDATE chunk (the update engine's
-#: key match is a reduce chain: 1024 exceeds Python's recursion limit in elaboration), 64
+#: sized so a scaled batch is read once, 1,024 unique rows per UPDATE chunk (the engine's
+#: largest: an rm1_sim batch has about 1,370 distinct rows, so UPDATE runs two chunks and the
+#: relaxed lookup's correction two passes; with 256 it ran six, each walking the whole next
+#: batch), 8 correction contexts (eight bags' correction chains interleave on the adder), 64
 #: gradient and 64 row reads in flight in UPDATE (the `pmem` read bandwidth x latency is
 #: 0.6 x 60 = 36 lines; with 16 UPDATE was latency-bound), a write buffer of one chunk's row
-#: lines (256 x 4), so a chunk's apply hands its writes over at once and the relaxed lookup's
+#: lines (1,024 x 4), so a chunk's apply hands its writes over at once and the relaxed lookup's
 #: correction runs while PMEM's slow write port drains them, and the host-gather baseline's
 #: CXL.mem link (:class:`sim.host_link.HostLink`). The duplicate filter has the tap's largest
 #: size, 4,096 lines: an rm2_sim batch touches 8,700 table lines, and with 1,024 a fifth of its
@@ -37,8 +39,8 @@ SYSTEM = Design("ckpt_system", "tb.ckpt.harness:CheckpointSystem", {
 PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
     "max_tables": 32, "max_dim": 64, "num_regions": 2, "addr_width": 32, "id_width": 7,
     "outstanding_reads": 64, "index_buffer_depth": 8192, "offset_buffer_depth": 256,
-    "output_buffer_depth": 32, "bag_slots": 8, "max_unique_rows": 256,
-    "update_outstanding_reads": 64, "update_write_buffer": 1024,
+    "output_buffer_depth": 32, "bag_slots": 8, "max_unique_rows": 1024,
+    "update_outstanding_reads": 64, "update_write_buffer": 4096, "correction_contexts": 8,
     "memory_lines": 1 << 19, "pending_beats": 64, "log_buffer_depth": 64,
     "dedup_entries": 4096,
     "host_link": {"desc_depth": 4096, "buffer_lines": 16384},

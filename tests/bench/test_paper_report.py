@@ -78,6 +78,10 @@ def test_report_files_and_ratios(tmp_path):
     assert entry["ratios"]["ft_overhead_trainingcxl"] == pytest.approx(-0.05)
     assert entry["modes"]["trainingcxl"]["speedup_vs_host_gather"] == pytest.approx(2594 / 950)
     assert entry["ratios"]["ft_overhead_nmp_sync_log"] == pytest.approx(0.2)
+    # Two batches: no steady figures.
+    assert entry["modes"]["nmp"]["steady_cycles_per_batch"] is None
+    assert "ft_overhead_steady_trainingcxl" not in entry["ratios"]
+
     assert entry["ratios"]["ft_overhead_nmp_log_after_lookup"] == pytest.approx(0.005)
     assert entry["ratios"]["speedup_nmp_log_after_lookup_vs_host_gather"] == \
         pytest.approx(2594 / 1005)
@@ -125,3 +129,21 @@ def test_sim_speed_of_the_demo(tmp_path):
     assert results["sim_speed"]["cycles_per_second"] == 10_000
     assert "10000 simulated cycles per second" in (tmp_path / "results.md").read_text()
     assert summarise({"rm1_sim": _raw()}, _params())["sim_speed"] is None
+
+
+def test_steady_figures_leave_out_the_first_and_the_last_batch(tmp_path):
+    raw = _raw()
+    totals = {"nmp": [1000, 1000, 1000, 1000], "trainingcxl": [1500, 980, 990, 900]}
+    for mode, series in totals.items():
+        raw["modes"][mode]["batches"] = [
+            {"batch": n, "lookup": 300, "host": 100, "update": total - 400, "total": total,
+             "link_lines_read": 8, "link_lines_written": 20, "occurrences": 64}
+            for n, total in enumerate(series)]
+    results = summarise({"rm1_sim": raw}, _params())
+    entry = results["presets"]["rm1_sim"]
+    assert entry["modes"]["trainingcxl"]["cycles_per_batch"] == pytest.approx(4370 / 4)
+    assert entry["modes"]["trainingcxl"]["steady_cycles_per_batch"] == pytest.approx(985)
+    assert entry["ratios"]["ft_overhead_trainingcxl"] == pytest.approx(4370 / 4000 - 1)
+    assert entry["ratios"]["ft_overhead_steady_trainingcxl"] == pytest.approx(-0.015)
+    markdown = (write_report(results, tmp_path), (tmp_path / "results.md").read_text())[1]
+    assert "steady ft_overhead" in markdown and "trainingcxl -1.50%" in markdown
