@@ -55,6 +55,7 @@ Writes ``build/bench/results.json``, ``results.md`` and PNG plots.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -509,7 +510,10 @@ def main(argv=None) -> int:
         spec_path = out_dir / "paper_spec.json"
         spec_path.write_text(json.dumps(spec))
         # One simulation for every preset (one build check, one simulator start).
-        run(PAPER_SYSTEM, "bench.cocotb_paper", seed=args.seed, run_name="paper",
+        # A run directory per output directory, so two runs can share the built model.
+        run_name = "paper" if out_dir == (BUILD_ROOT / "bench").resolve() else (
+            "paper_" + hashlib.sha1(str(out_dir).encode()).hexdigest()[:8])
+        run(PAPER_SYSTEM, "bench.cocotb_paper", seed=args.seed, run_name=run_name,
             extra_env={"BENCH_SPEC": str(spec_path), "BENCH_RESULT": str(raw_path)})
         raws = json.loads(raw_path.read_text())["presets"]
     params["presets"] = {name: preset_shape(name) for name in raws}
