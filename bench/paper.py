@@ -28,10 +28,12 @@ system (:data:`tb.ckpt.designs.PAPER_SYSTEM`: the device's engines, the PMEM mod
 * ``nmp_log_lookup_replay``: ``log_mode`` LOOKUP_THEN_REPLAY: the tap logs during LOOKUP as far
   as its buffer allows without holding LOOKUP up (the log's writes start at once), and what it
   had to drop is replayed into the log right after LOOKUP's status, overlapping the GPU;
-* ``trainingcxl``: log on lookup, relaxed MLP snapshots and relaxed lookup: the host sends
-  LOOKUP(N + 1) as soon as it has written batch N's gradient, so the lookup runs during the
-  GPU's time; UPDATE(N) then writes batch N's rows and corrects LOOKUP(N + 1)'s output, and
-  batch N + 1's undo log is taken by a background replay after UPDATE(N) commits.
+* ``trainingcxl``: everything: relaxed MLP snapshots, relaxed lookup and the background log:
+  the host sends LOOKUP(N + 1) as soon as it has written batch N's gradient, so the lookup runs
+  during the GPU's time; UPDATE(N) then writes batch N's rows and corrects LOOKUP(N + 1)'s
+  output, and batch N + 1's undo log is taken by a background replay after UPDATE(N) commits.
+  The first batch's lookup (strict: nothing is pending yet) is logged as in
+  ``nmp_log_lookup_replay``, the logging mode that holds nothing up.
 
 Every mode spends the same ``--gpu-cycles`` per batch between the pooled output and the
 gradient (the GPU's MLP forward and backward). A batch's cycles run from the start of its
@@ -70,7 +72,8 @@ MODES = ("host_gather", "nmp", "nmp_sync_log", "nmp_log_on_lookup", "nmp_log_aft
 #: The measured modes with the checkpoint engine on, and their ``CKPT_CONTROL.log_mode``.
 LOGGING_MODES = {"nmp_sync_log": "AT_UPDATE", "nmp_log_on_lookup": "ON_LOOKUP",
                  "nmp_log_after_lookup": "AFTER_LOOKUP",
-                 "nmp_log_lookup_replay": "LOOKUP_THEN_REPLAY", "trainingcxl": "ON_LOOKUP"}
+                 "nmp_log_lookup_replay": "LOOKUP_THEN_REPLAY",
+                 "trainingcxl": "LOOKUP_THEN_REPLAY"}
 #: The modes whose host runs relaxed lookup (``CONTROL.relaxed_lookup``): LOOKUP(N + 1) during
 #: the GPU's time for batch N, corrected by UPDATE(N); its undo log is replayed after UPDATE(N).
 RELAXED_MODES = ("trainingcxl",)
@@ -87,7 +90,9 @@ MODE_DESCRIPTIONS = {
     "nmp_log_lookup_replay": "near-memory, undo log taken during the lookup without holding it "
                              "up, what did not fit replayed right after it; relaxed MLP "
                              "snapshots",
-    "trainingcxl": "near-memory, log on lookup, relaxed MLP snapshots, relaxed lookup",
+    "trainingcxl": "near-memory, relaxed lookup (its undo log replayed in the background), "
+                   "relaxed MLP snapshots; the first, strict lookup logged as "
+                   "nmp_log_lookup_replay",
 }
 
 #: The rm1 and rm2 presets (the published table count, D, lookups per bag and pooling, with
@@ -320,8 +325,10 @@ def write_markdown(results: dict) -> str:
                   f"{speed['configuration']}; training, power failure, recovery and the "
                   "testbench's bit-exact checks)"
                   + (f" ({speed['source']})" if speed.get("source") else "") + ".", ""]
-    lines += ["PMEM write bound: the batch's PMEM writes at the profile's write rate "
-              f"({p['profile']['write_lines_per_cycle']:g} lines/cycle), the fewest cycles any "
+    channels = p["profile"].get("channels", 1)
+    lines += ["PMEM write bound: the batch's PMEM writes at the memory's write rate "
+              f"({p['profile']['write_lines_per_cycle']:g} lines/cycle: {channels} "
+              f"channel{'s' if channels > 1 else ''} at the profile's rate), the fewest cycles any "
               "design needs for them; write port busy = bound / measured cycles. Every mode "
               "writes each updated row once; host_gather and the logging modes also write "
               "each touched row's old value once (copy or undo log), so on this profile a "
@@ -474,13 +481,19 @@ def main(argv=None) -> int:
     profile = PROFILES[args.profile]
     out_dir = Path(args.output_dir).resolve()  # the simulator runs elsewhere
     out_dir.mkdir(parents=True, exist_ok=True)
+    channels = PAPER_SYSTEM.params.get("channels", 1)
     params = {
-        "profile": {"name": profile.name, "timing": profile.inputs(),
-                    "read_lines_per_cycle": profile.read_rate[0] / profile.read_rate[1],
-                    "write_lines_per_cycle": profile.write_rate[0] / profile.write_rate[1]},
+        # Each channel is one PMEM controller with the whole profile; the rates are the
+        # memory's, all channels together.
+        "profile": {"name": profile.name, "timing": profile.inputs(), "channels": channels,
+                    "read_lines_per_cycle":
+                        channels * profile.read_rate[0] / profile.read_rate[1],
+                    "write_lines_per_cycle":
+                        channels * profile.write_rate[0] / profile.write_rate[1]},
         "link": {"lines_per_cycle_per_direction": 1, "line_bytes": 64,
-                 "model": "sim.host_link.HostLink: AXI4 manager on the same PMEM model, one "
-                          "burst per row, reads in flight up to the model's limit"},
+                 "model": "sim.host_link.HostLink: AXI4 manager on the same PMEM channels "
+                          "(through the device's arbiter), one request per line, reads in "
+                          "flight up to the arbiter's reorder depth"},
         "host_floats_per_cycle": args.host_floats_per_cycle,
         "host_work": "pool: occurrences x D floats; update: (occurrences + 2 x unique rows) "
                      "x D floats; not overlapped with the link",

@@ -5,7 +5,7 @@ over CXL.mem, pools and updates on the host, and writes the rows back. This comp
 host's side of the link, as an AXI4 manager on the same PMEM model the device uses: it moves
 whole 64-byte lines between the PMEM model and a host-memory buffer, **at most one line per
 cycle in each direction** (one AXI R beat and one W beat per cycle: the modelled CXL.mem link
-rate), with many reads in flight (one burst per row, as a CPU's outstanding misses), so the
+rate), with many reads in flight (one request per line, as a CPU's outstanding misses), so the
 PMEM model's latencies and bandwidths decide the time, exactly as for the device's engines.
 
 One command at a time (``start`` pulse while ``busy`` is low), ``count`` rows of ``row_lines``
@@ -80,34 +80,34 @@ class HostLink(wiring.Component):
         row_lines = Signal(4)
         total = Signal(cw + 4)          # lines of the command
         buf_base = Signal(range(self._buffer_lines))
-        next_addr = Signal(self._aw)    # contiguous ops: the next row's address
-        rows = Signal(cw)               # address bursts issued
+        next_addr = Signal(self._aw)    # contiguous ops: the next line's address
+        row = Signal(cw)                # descriptor of the next address request
+        row_line = Signal(4)            # line within that row
+        requests = Signal(cw + 4)       # AR / AW requests issued (one line each)
         beats = Signal(cw + 4)          # R beats received / W beats sent
-        row_beat = Signal(4)            # W beat within the current row
-        acks = Signal(cw)               # B responses received
+        acks = Signal(cw + 4)           # B responses received
         lines_read = Signal(32)
         lines_written = Signal(32)
         m.d.comb += [self.lines_read.eq(lines_read), self.lines_written.eq(lines_written)]
 
         writing = op[0]
         contiguous = op[1]
-        addr = Mux(contiguous, next_addr, desc_r.data)
-        row_bytes = (row_lines << 6)[:self._aw]
+        addr = Mux(contiguous, next_addr, desc_r.data + (row_line << 6))[:self._aw]
+        row_done = row_line == row_lines - 1
         a_fire = Signal()
         w_fire = Signal()
         # Synchronous read ports: address the entry needed next cycle.
         m.d.comb += [
-            desc_r.addr.eq(Mux(a_fire, rows + 1, rows)[:len(desc_r.addr)]),
+            desc_r.addr.eq(Mux(a_fire & row_done, row + 1, row)[:len(desc_r.addr)]),
             buf_r.addr.eq((buf_base + Mux(w_fire, beats + 1, beats))[:len(buf_r.addr)]),
         ]
-        common = [axi.arid.eq(0), axi.arsize.eq(6), axi.arburst.eq(1),
-                  axi.awid.eq(0), axi.awsize.eq(6), axi.awburst.eq(1),
-                  axi.araddr.eq(addr), axi.arlen.eq(row_lines - 1),
-                  axi.awaddr.eq(addr), axi.awlen.eq(row_lines - 1),
-                  axi.wdata.eq(buf_r.data), axi.wstrb.eq(-1),
-                  axi.wlast.eq(row_beat == row_lines - 1),
-                  axi.rready.eq(1), axi.bready.eq(1)]
-        m.d.comb += common
+        # Every request is one line (len 0), as a CPU's cache misses are, so the link works
+        # through the device's channel interleave (AW and W of a line go together).
+        m.d.comb += [axi.arid.eq(0), axi.arsize.eq(6), axi.arburst.eq(1), axi.arlen.eq(0),
+                     axi.awid.eq(0), axi.awsize.eq(6), axi.awburst.eq(1), axi.awlen.eq(0),
+                     axi.araddr.eq(addr), axi.awaddr.eq(addr),
+                     axi.wdata.eq(buf_r.data), axi.wstrb.eq(-1), axi.wlast.eq(1),
+                     axi.rready.eq(1), axi.bready.eq(1)]
         m.d.comb += [
             buf_w.addr.eq((buf_base + beats)[:len(buf_w.addr)]),
             buf_w.data.eq(axi.rdata),
@@ -119,7 +119,8 @@ class HostLink(wiring.Component):
                                  row_lines.eq(self.row_lines),
                                  total.eq(self.count * self.row_lines),
                                  buf_base.eq(self.buf_base), next_addr.eq(self.base),
-                                 rows.eq(0), beats.eq(0), row_beat.eq(0), acks.eq(0)]
+                                 row.eq(0), row_line.eq(0), requests.eq(0), beats.eq(0),
+                                 acks.eq(0)]
                     m.next = "Prime"
             with m.State("Prime"):
                 # The read ports now address entry 0; their data is there next cycle.
@@ -127,26 +128,28 @@ class HostLink(wiring.Component):
                 m.next = "Run"
             with m.State("Run"):
                 m.d.comb += self.busy.eq(1)
-                more_rows = rows < count
+                more_requests = requests < total
                 m.d.comb += [
-                    axi.arvalid.eq(~writing & more_rows),
-                    axi.awvalid.eq(writing & more_rows),
-                    a_fire.eq(more_rows & Mux(writing, axi.awready, axi.arready)),
+                    axi.arvalid.eq(~writing & more_requests),
+                    axi.awvalid.eq(writing & more_requests),
+                    a_fire.eq(more_requests & Mux(writing, axi.awready, axi.arready)),
                     axi.wvalid.eq(writing & (beats < total)),
                     w_fire.eq(axi.wvalid & axi.wready),
                     buf_w.en.eq(~writing & axi.rvalid),
                 ]
                 with m.If(a_fire):
-                    m.d.sync += [rows.eq(rows + 1), next_addr.eq(next_addr + row_bytes)]
+                    m.d.sync += [requests.eq(requests + 1), next_addr.eq(next_addr + 64),
+                                 row_line.eq(Mux(row_done, 0, row_line + 1))]
+                    with m.If(row_done):
+                        m.d.sync += row.eq(row + 1)
                 with m.If(~writing & axi.rvalid):
                     m.d.sync += [beats.eq(beats + 1), lines_read.eq(lines_read + 1)]
                 with m.If(w_fire):
-                    m.d.sync += [beats.eq(beats + 1), lines_written.eq(lines_written + 1),
-                                 row_beat.eq(Mux(row_beat == row_lines - 1, 0, row_beat + 1))]
+                    m.d.sync += [beats.eq(beats + 1), lines_written.eq(lines_written + 1)]
                 acked = acks + axi.bvalid
                 with m.If(axi.bvalid):
                     m.d.sync += acks.eq(acked)
-                with m.If(Mux(writing, acked == count, (beats + axi.rvalid) == total)
-                          & (rows + a_fire == count)):
+                with m.If(Mux(writing, acked == total, (beats + axi.rvalid) == total)
+                          & (requests + a_fire == total)):
                     m.next = "Idle"
         return m

@@ -3,7 +3,7 @@ all share its build: a build of the whole system takes minutes)."""
 
 from sim.rtl import Design
 
-__all__ = ["ENGINE", "PAPER_SYSTEM", "SYSTEM"]
+__all__ = ["ENGINE", "PAPER_SYSTEM", "SYSTEM", "SYSTEM_4CH"]
 
 #: EmbeddingEngine parameters: the tiny preset's 4 tables, rows up to 2 lines (dim 32), 32 row
 #: reads in flight, a small update capacity so UPDATE chunks (and re-reads rows) often, and a
@@ -22,6 +22,13 @@ SYSTEM = Design("ckpt_system", "tb.ckpt.harness:CheckpointSystem", {
     "dedup_entries": 256,
 })
 
+#: The same system on four interleaved PMEM channels behind the device's arbiter (the paper's
+#: four memory controllers, as the benchmark's system): 64 reads in flight cover the engine's 32
+#: and the checkpoint engine's own.
+SYSTEM_4CH = Design("ckpt_system_4ch", "tb.ckpt.harness:CheckpointSystem", {
+    **SYSTEM.params, "channels": 4, "reorder_depth": 64,
+})
+
 #: The paper-style benchmark's system (``python -m bench paper``): RM1/RM2-shaped presets (up to
 #: 32 tables, D up to 64, bags of 120), PMEM of 32 MiB (:mod:`sim.line_ram`: its size costs no
 #: build time), the index and offset windows
@@ -35,13 +42,16 @@ SYSTEM = Design("ckpt_system", "tb.ckpt.harness:CheckpointSystem", {
 #: correction runs while PMEM's slow write port drains them, and the host-gather baseline's
 #: CXL.mem link (:class:`sim.host_link.HostLink`). The duplicate filter has the tap's largest
 #: size, 4,096 lines: an rm2_sim batch touches 8,700 table lines, and with 1,024 a fifth of its
-#: log entries were lines already logged (each costs a PMEM write).
+#: log entries were lines already logged (each costs a PMEM write). The memory is four PMEM
+#: channels, as the paper's prototype had four memory controllers, each with the whole `pmem`
+#: profile; 128 reads in flight through the arbiter cover 4 x 0.6 x 60 = 144 lines' worth of
+#: bandwidth x latency nearly, and more than the engines' 64.
 PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
     "max_tables": 32, "max_dim": 64, "num_regions": 2, "addr_width": 32, "id_width": 7,
     "outstanding_reads": 64, "index_buffer_depth": 8192, "offset_buffer_depth": 256,
     "output_buffer_depth": 32, "bag_slots": 8, "max_unique_rows": 1024,
     "update_outstanding_reads": 64, "update_write_buffer": 4096, "correction_contexts": 8,
     "memory_lines": 1 << 19, "pending_beats": 64, "log_buffer_depth": 64,
-    "dedup_entries": 4096,
+    "dedup_entries": 4096, "channels": 4, "reorder_depth": 128,
     "host_link": {"desc_depth": 4096, "buffer_lines": 16384},
 })

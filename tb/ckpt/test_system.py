@@ -4,7 +4,7 @@ the benchmark): training with one power failure per phase, recovery, resumption.
 import pytest
 
 from sim.runner import run
-from tb.ckpt.designs import SYSTEM
+from tb.ckpt.designs import SYSTEM, SYSTEM_4CH
 
 pytestmark = pytest.mark.sim
 
@@ -20,4 +20,16 @@ MODULE = "tb.ckpt.cocotb_system"
 ])
 def test_system(testcase):
     result = run(SYSTEM, MODULE, testcase=testcase, run_name=testcase)
+    assert result.tests == 1
+
+
+@pytest.mark.parametrize("testcase", [
+    "train_without_failure", "crash_in_update", "crash_in_after_lookup_replay", "train_relaxed",
+    "crash_in_relaxed_update",
+])
+def test_system_on_four_channels(testcase):
+    """The same system with its PMEM split over four interleaved channels (the benchmark's
+    memory): bit-exact training, logging and recovery when the channels answer out of order
+    and a power failure tears each channel's writes independently."""
+    result = run(SYSTEM_4CH, MODULE, testcase=testcase, run_name=f"{testcase}_4ch")
     assert result.tests == 1
