@@ -1,13 +1,14 @@
 """Paper-style comparison (issue #8), measured from the RTL in Verilator on the PMEM profile.
 
-    python -m bench paper [--presets rm1_sim rm2_sim] [--modes ...] [--batches 2]
-                          [--gpu-cycles 5000] [--host-floats-per-cycle 16] [--skip-lookup]
-                          [--skip-demo]
+    python -m bench paper [--presets rm1_sim rm2_sim] [--modes ...] [--batches 3]
+                          [--gpu-cycles 5000] [--host-floats-per-cycle 16] [--channels 4]
+                          [--skip-lookup] [--skip-demo]
     nox -s bench                      (no arguments: this benchmark)
 
 Cycles per batch for each training mode on RM1- and RM2-shaped presets, all on one simulated
-system (:data:`tb.ckpt.designs.PAPER_SYSTEM`: the device's engines, the PMEM model with the
-``pmem`` profile, and the host's CXL.mem link), so every mode sees the same memory:
+system (:data:`tb.ckpt.designs.PAPER_SYSTEM`: the device's engines, four PMEM channels (the
+paper's four memory controllers; ``--channels``) with the ``pmem`` profile each, and the host's
+CXL.mem link), so every mode sees the same memory:
 
 * ``host_gather``: the host reads every row its batch needs over CXL.mem (one 64-byte line per
   cycle per direction at most; the PMEM model's latencies and bandwidths apply), pools and
@@ -288,11 +289,9 @@ def write_markdown(results: dict) -> str:
                          f"{_fmt(e.get('pmem_write_bound_cycles'))} | "
                          f"{_fmt(e.get('pmem_write_port_busy'), '.0%')} |")
         r = entry["ratios"]
-        lines += ["", "- ft_overhead (mode / nmp - 1): " + "; ".join(
-            f"{mode} {_fmt(r.get(f'ft_overhead_{mode}'), '.2%')}" for mode in LOGGING_MODES),
+        lines += ["", "- ft_overhead (mode / nmp - 1): " + _overheads(r, "ft_overhead", "; "),
                   "- steady ft_overhead (the batches between the first and the last): " +
-                  "; ".join(f"{mode} {_fmt(r.get(f'ft_overhead_steady_{mode}'), '.2%')}"
-                            for mode in LOGGING_MODES)]
+                  _overheads(r, "ft_overhead_steady", "; ")]
         if entry.get("recovery"):
             rec = entry["recovery"]
             lines.append(f"- recovery: RECOVER {rec['recovery_cycles']} cycles "
@@ -423,6 +422,12 @@ def write_report(results: dict, out_dir: Path) -> list[Path]:
     return [json_path, md_path, *write_plots(results, out_dir)]
 
 
+def _overheads(ratios: dict, kind: str, separator: str) -> str:
+    """``mode x.xx%`` for each logging mode's ``<kind>_<mode>`` ratio."""
+    return separator.join(f"{mode} {_fmt(ratios.get(f'{kind}_{mode}'), '.2%')}"
+                          for mode in LOGGING_MODES)
+
+
 def print_summary(results: dict):
     for name, entry in results["presets"].items():
         print(f"{name}:")
@@ -435,11 +440,9 @@ def print_summary(results: dict):
                   f"{_fmt(e.get('speedup_vs_host_gather'), '.2f')}x vs host_gather  "
                   f"{e['link_bytes_per_batch']:10.0f} link bytes/batch")
         r = entry["ratios"]
-        print("  ft_overhead (mode / nmp - 1): " + ", ".join(
-            f"{mode} {_fmt(r.get(f'ft_overhead_{mode}'), '.2%')}" for mode in LOGGING_MODES))
-        print("  steady ft_overhead (batches between the first and the last): " + ", ".join(
-            f"{mode} {_fmt(r.get(f'ft_overhead_steady_{mode}'), '.2%')}"
-            for mode in LOGGING_MODES))
+        print("  ft_overhead (mode / nmp - 1): " + _overheads(r, "ft_overhead", ", "))
+        print("  steady ft_overhead (batches between the first and the last): "
+              + _overheads(r, "ft_overhead_steady", ", "))
         if r.get("recovery_speedup") is not None:
             print(f"  recovery speedup vs full reload: {r['recovery_speedup']:.1f}x")
         print(f"  simulation: {entry['simulation']['cycles_per_second']} cycles/s")
@@ -463,6 +466,10 @@ def main(argv=None) -> int:
     parser.add_argument("--host-floats-per-cycle", type=int, default=16)
     parser.add_argument("--profile", default="pmem")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--channels", type=int, choices=(1, 2, 4), default=4,
+                        help="PMEM channels, each a controller with the whole profile "
+                             "(default 4, as the paper's prototype; each count is its own "
+                             "build)")
     parser.add_argument("--skip-lookup", action="store_true",
                         help="do not run `python -m bench lookup` (an earlier lookup.json in "
                              "the output directory is included, labelled as such)")
@@ -476,12 +483,13 @@ def main(argv=None) -> int:
 
     from sim.pmem import PROFILES
     from sim.runner import run
-    from tb.ckpt.designs import PAPER_SYSTEM
+    from tb.ckpt.designs import paper_system
 
     profile = PROFILES[args.profile]
     out_dir = Path(args.output_dir).resolve()  # the simulator runs elsewhere
     out_dir.mkdir(parents=True, exist_ok=True)
-    channels = PAPER_SYSTEM.params.get("channels", 1)
+    system = paper_system(args.channels)
+    channels = args.channels
     params = {
         # Each channel is one PMEM controller with the whole profile; the rates are the
         # memory's, all channels together.
@@ -500,7 +508,7 @@ def main(argv=None) -> int:
         "gpu_cycles": args.gpu_cycles,
         "batches": args.batches,
         "seed": args.seed,
-        "design": PAPER_SYSTEM.to_json(),
+        "design": system.to_json(),
         "presets": {name: preset_shape(name) for name in args.presets},
         "batch_window": "first lookup read (LOOKUP doorbell / host's first row read) to the "
                         "update's completion (UPDATE status / last write-back acknowledged); "
@@ -526,7 +534,7 @@ def main(argv=None) -> int:
         # A run directory per output directory, so two runs can share the built model.
         run_name = "paper" if out_dir == (BUILD_ROOT / "bench").resolve() else (
             "paper_" + hashlib.sha1(str(out_dir).encode()).hexdigest()[:8])
-        run(PAPER_SYSTEM, "bench.cocotb_paper", seed=args.seed, run_name=run_name,
+        run(system, "bench.cocotb_paper", seed=args.seed, run_name=run_name,
             extra_env={"BENCH_SPEC": str(spec_path), "BENCH_RESULT": str(raw_path)})
         raws = json.loads(raw_path.read_text())["presets"]
     params["presets"] = {name: preset_shape(name) for name in raws}

@@ -326,6 +326,11 @@ class UpdateDatapath(wiring.Component):
             # The bags being corrected: context c holds its bag in lines c * lps .. c * lps +
             # lps - 1 (an op's "bag line", also what the lanes' ``buffer`` tag carries).
             bag_line_width = Shape.cast(range(contexts * lps)).width
+
+            def of_context(bag_line, c):
+                """Whether ``bag_line`` is one of context ``c``'s bag lines."""
+                return (bag_line >= c * lps) & (bag_line < (c + 1) * lps)
+
             bag = Array(Signal(LINE_BITS, name=f"bag_{index}") for index in range(contexts * lps))
             # The bag store: a read answers the cycle after, into ``bag`` (``store_loading``).
             store_loading = Signal(data.StructLayout({"valid": 1, "line": bag_line_width}))
@@ -439,8 +444,7 @@ class UpdateDatapath(wiring.Component):
                 busy = Cat(*(entry.valid & (entry.line == own_line)
                              for entry in bag_recent)).any()
                 quiet = (correcting[c] == 0) & ~(store_loading.valid &
-                                                 (store_loading.line >= c * lps) &
-                                                 (store_loading.line < (c + 1) * lps))
+                                                 of_context(store_loading.line, c))
                 can = Signal(name=f"can_{c}")
                 with m.Switch(head.kind):
                     with m.Case(CorrectionKind.LOAD):
@@ -653,7 +657,7 @@ class UpdateDatapath(wiring.Component):
                                    - job_done[_Job.DELTA])
         for c in range(contexts):
             went = chosen == c
-            came = (finished_line >= c * lps) & (finished_line < (c + 1) * lps)
+            came = of_context(finished_line, c)
             m.d.sync += [
                 correcting[c].eq(correcting[c] + ((correct_go | scale_go) & went)
                                  - (finished_correct & came)),

@@ -3,7 +3,7 @@ all share its build: a build of the whole system takes minutes)."""
 
 from sim.rtl import Design
 
-__all__ = ["ENGINE", "PAPER_SYSTEM", "SYSTEM", "SYSTEM_4CH"]
+__all__ = ["ENGINE", "PAPER_SYSTEM", "SYSTEM", "SYSTEM_4CH", "paper_system"]
 
 #: EmbeddingEngine parameters: the tiny preset's 4 tables, rows up to 2 lines (dim 32), 32 row
 #: reads in flight, a small update capacity so UPDATE chunks (and re-reads rows) often, and a
@@ -55,3 +55,14 @@ PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
     "dedup_entries": 4096, "channels": 4, "reorder_depth": 128,
     "host_link": {"desc_depth": 4096, "buffer_lines": 16384},
 })
+
+
+def paper_system(channels: int = 4) -> Design:
+    """:data:`PAPER_SYSTEM` with its memory on ``channels`` (1, 2 or 4) PMEM channels (each
+    count is its own Verilator build; ``python -m bench paper --channels``)."""
+    if channels == PAPER_SYSTEM.params["channels"]:
+        return PAPER_SYSTEM
+    if channels not in (1, 2):
+        raise ValueError(f"Channel count must be one of 1, 2, 4, not {channels!r}")
+    return Design(f"ckpt_paper_system_{channels}ch", PAPER_SYSTEM.factory,
+                  {**PAPER_SYSTEM.params, "channels": channels})

@@ -147,3 +147,15 @@ def test_steady_figures_leave_out_the_first_and_the_last_batch(tmp_path):
     assert entry["ratios"]["ft_overhead_steady_trainingcxl"] == pytest.approx(-0.015)
     markdown = (write_report(results, tmp_path), (tmp_path / "results.md").read_text())[1]
     assert "steady ft_overhead" in markdown and "trainingcxl -1.50%" in markdown
+
+
+def test_paper_system_per_channel_count():
+    """Each channel count is its own design (and build); four is the benchmark's default."""
+    from tb.ckpt.designs import PAPER_SYSTEM, paper_system
+
+    assert paper_system() is PAPER_SYSTEM and PAPER_SYSTEM.params["channels"] == 4
+    one = paper_system(1)
+    assert one.params == {**PAPER_SYSTEM.params, "channels": 1}
+    assert one.name != PAPER_SYSTEM.name and one.key != PAPER_SYSTEM.key
+    with pytest.raises(ValueError, match=r"^Channel count must be one of 1, 2, 4, not 3$"):
+        paper_system(3)
