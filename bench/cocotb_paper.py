@@ -1,6 +1,7 @@
 """cocotb side of the paper-style benchmark (``python -m bench paper``), on
-:data:`tb.ckpt.designs.PAPER_SYSTEM`: the same preset's batches in every mode that exists in
-RTL, on one PMEM model with one timing profile.
+:data:`tb.ckpt.designs.PAPER_SYSTEM` (or another channel count, ``--channels``): the same
+preset's batches in every mode that exists in RTL, on one memory (every channel a PMEM model
+with the same timing profile).
 
 * ``nmp``: near-memory lookup and update, checkpointing off (``logging_enable`` clear);
 * ``nmp_log_on_lookup``: the checkpoint engine on (log-on-lookup undo log, batch flag, gated
