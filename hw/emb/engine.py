@@ -78,6 +78,9 @@ class EmbeddingEngine(wiring.Component):
     correction_contexts : int or None
         Bags whose corrections the update engine interleaves on the adder
         (:class:`~hw.emb.update.UpdateEngine`; ``None``: its default).
+    correction_queue_depth : int or None
+        Occurrences each of those contexts queues (:class:`~hw.emb.update.UpdateEngine`;
+        ``None``: its default).
     add_stages, mul_stages : int or None
         Float32 pipeline depths of both engines.
     mean_reciprocal : ``"pipelined"`` or ``"sequential"``
@@ -117,7 +120,8 @@ class EmbeddingEngine(wiring.Component):
                  output_buffer_depth=128, bag_slots=16, max_unique_rows=64,
                  update_outstanding_reads=16, add_stages=None, mul_stages=None,
                  shared_lanes=True, update_write_buffer=None, relaxed_lookup=True,
-                 correction_bags=None, correction_contexts=None, mean_reciprocal="pipelined"):
+                 correction_bags=None, correction_contexts=None, correction_queue_depth=None,
+                 mean_reciprocal="pipelined"):
         check_bool("Shared lanes", shared_lanes)
         check_bool("Relaxed lookup", relaxed_lookup)
         self._relaxed_lookup = relaxed_lookup
@@ -136,6 +140,7 @@ class EmbeddingEngine(wiring.Component):
                                         minimum=1),
             write_buffer_lines=update_write_buffer, relaxed_lookup=relaxed_lookup,
             correction_bags=correction_bags, correction_contexts=correction_contexts,
+            correction_queue_depth=correction_queue_depth,
             add_stages=add_stages, mul_stages=mul_stages)
         # Built now so that the update engine's own parameter checks run in this constructor.
         update_class = update_engine_class()

@@ -78,6 +78,7 @@ _SHARED_SOURCES = ("indices", "weights", "offsets", "bag", "deferred_indices",
 _MAX_OUTSTANDING_WRITES = 64
 _DEFAULT_CORRECTION_BAGS = 64
 _DEFAULT_CORRECTION_CONTEXTS = 4
+_DEFAULT_CORRECTION_QUEUE_DEPTH = 16
 
 
 def _check_int(value, low, high, message):
@@ -134,6 +135,12 @@ class UpdateEngine(wiring.Component):
         full adder latency apart, so one at a time the correction runs at a few lines per
         adder latency. ``None``: 4 (or ``max_unique_rows`` if fewer) with ``relaxed_lookup``,
         1 without (which allows only 1).
+    correction_queue_depth : int or None
+        Occurrences each context's queue holds, 2..4096. The walk hands a bag's occurrences to
+        its context in walk order and stalls while that queue is full, so the contexts run
+        in parallel only as far as the queues let the walk reach the next bags: a queue that
+        holds a whole bag (``max_bag`` occurrences) lets every context work at once.
+        ``None``: 16 with ``relaxed_lookup``; without it only ``None`` is allowed.
 
     Members
     -------
@@ -170,7 +177,7 @@ class UpdateEngine(wiring.Component):
     def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
                  max_unique_rows=64, mul_stages=None, add_stages=None, outstanding_reads=16,
                  shared_lanes=False, write_buffer_lines=None, relaxed_lookup=True,
-                 correction_bags=None, correction_contexts=None):
+                 correction_bags=None, correction_contexts=None, correction_queue_depth=None):
         _check_int(max_tables, 1, 255, "Table count limit must be an integer in 1..255")
         if (not isinstance(max_dim, int) or isinstance(max_dim, bool)
                 or not 16 <= max_dim <= 65520 or max_dim % 16):
@@ -213,6 +220,14 @@ class UpdateEngine(wiring.Component):
             raise ValueError(f"Correction contexts need the relaxed lookup: without it the "
                              f"count must be None or 1, not {correction_contexts!r}")
         self._correction_contexts = correction_contexts
+        if correction_queue_depth is not None and not relaxed_lookup:
+            raise ValueError(f"Correction queue depth needs the relaxed lookup: without it the "
+                             f"depth must be None, not {correction_queue_depth!r}")
+        if correction_queue_depth is None:
+            correction_queue_depth = _DEFAULT_CORRECTION_QUEUE_DEPTH
+        _check_int(correction_queue_depth, 2, 4096,
+                   "Correction queue depth must be None or an integer in 2..4096")
+        self._correction_queue_depth = correction_queue_depth
         self._max_tables = max_tables
         self._max_dim = max_dim
         self._num_regions = num_regions
@@ -286,6 +301,11 @@ class UpdateEngine(wiring.Component):
     def correction_bags(self):
         """Bags of a deferred lookup the correction keeps on chip between chunks."""
         return self._correction_bags
+
+    @property
+    def correction_queue_depth(self):
+        """Occurrences each correction context's queue holds."""
+        return self._correction_queue_depth
 
     @property
     def correction_contexts(self):
@@ -379,7 +399,8 @@ class UpdateEngine(wiring.Component):
             line_address_width=line_address_width, mul_stages=self._mul_stages,
             add_stages=self._add_stages, shared_lanes=self._shared_lanes,
             write_depth=self._write_buffer_lines, cached_bags=self._correction_bags,
-            corrections=relaxed, correction_contexts=self._correction_contexts))
+            corrections=relaxed, correction_contexts=self._correction_contexts,
+            correction_queue_depth=self._correction_queue_depth))
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), datapath.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)

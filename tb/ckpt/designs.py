@@ -45,12 +45,16 @@ SYSTEM_4CH = Design("ckpt_system_4ch", "tb.ckpt.harness:CheckpointSystem", {
 #: log entries were lines already logged (each costs a PMEM write). The memory is four PMEM
 #: channels, as the paper's prototype had four memory controllers, each with the whole `pmem`
 #: profile; 128 reads in flight through the arbiter cover 4 x 0.6 x 60 = 144 lines' worth of
-#: bandwidth x latency nearly, and more than the engines' 64.
+#: bandwidth x latency nearly, and more than the engines' 64. Each correction context queues
+#: up to 128 occurrences, a whole bag of either preset (80 and 120): with 16 the walk stalled
+#: on the first bag's queue while that bag's chain ran an adder latency per addition, so the
+#: contexts seldom worked at once.
 PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
     "max_tables": 32, "max_dim": 64, "num_regions": 2, "addr_width": 32, "id_width": 7,
     "outstanding_reads": 64, "index_buffer_depth": 8192, "offset_buffer_depth": 256,
     "output_buffer_depth": 32, "bag_slots": 8, "max_unique_rows": 1024,
     "update_outstanding_reads": 64, "update_write_buffer": 4096, "correction_contexts": 8,
+    "correction_queue_depth": 128,
     "memory_lines": 1 << 19, "pending_beats": 64, "log_buffer_depth": 64,
     "dedup_entries": 4096, "channels": 4, "reorder_depth": 128,
     "host_link": {"desc_depth": 4096, "buffer_lines": 16384},

@@ -207,21 +207,24 @@ def test_deferred_lookup_is_corrected_by_the_update(modes):
         assert same_bits(got.reshape(bags, row_floats), expected).all(), f"batch {k} output"
 
 
-@pytest.mark.parametrize(("correction_bags", "contexts", "bags", "max_bag"), [
-    (0, 4, 3, 4), (2, 4, 3, 4), (16, 4, 3, 4),
+@pytest.mark.parametrize(("correction_bags", "contexts", "bags", "max_bag", "queue_depth"), [
+    (0, 4, 3, 4, None), (2, 4, 3, 4, None), (16, 4, 3, 4, None),
     # One bag at a time; and bags of 1 to 12 occurrences interleaved two and three at a
     # time, so a short bag's context comes round while a long one's chain still runs.
-    (2, 1, 3, 4), (2, 2, 5, 12), (3, 3, 5, 12),
+    (2, 1, 3, 4, None), (2, 2, 5, 12, None), (3, 3, 5, 12, None),
+    # Queues of 2 (the walk stalls on a full queue in nearly every bag) and of 64 (every
+    # bag's occurrences queued at once).
+    (2, 3, 5, 12, 2), (2, 3, 5, 12, 64),
 ])
 @pytest.mark.parametrize("mode", [PoolingMode.MEAN, PoolingMode.WEIGHTED])
 def test_chunked_update_corrects_chunk_by_chunk(mode, correction_bags, contexts, bags,
-                                                max_bag):
+                                                max_bag, queue_depth):
     """Batch N has more distinct rows than the CAM holds: UPDATE(N) corrects the deferred
     LOOKUP(N+1) after each chunk it writes (``sw_model.relaxed``, chunked), and scales MEAN
     bags after the last. Between chunks the bags wait on chip (16: all of them), in memory
     (0), or both (2 and 3: the first ones on chip); ``contexts`` bags are corrected at
-    once."""
-    rng = np.random.default_rng(21 + mode.value + 100 * (contexts - 1))
+    once, each from a queue of ``queue_depth`` occurrences."""
+    rng = np.random.default_rng(21 + mode.value + 100 * (contexts - 1) + (queue_depth or 0))
     capacity = 4
     case = TwoBatches.draw(rng, (mode, mode), bags=bags, max_bag=max_bag)
     rows, dims, bags, tables, table_base = (case.rows, case.dims, case.bags, case.tables,
@@ -234,7 +237,8 @@ def test_chunked_update_corrects_chunk_by_chunk(mode, correction_bags, contexts,
              (command(Opcode.UPDATE, 0, batches[0], bags, 2, "gradient"), 1)]
     statuses, memory = run(EmbeddingEngine(**PARAMS, max_unique_rows=capacity,
                                            correction_bags=correction_bags,
-                                           correction_contexts=contexts), image, steps,
+                                           correction_contexts=contexts,
+                                           correction_queue_depth=queue_depth), image, steps,
                            descriptors=descriptors, deadline=200_000)
     assert [s.error for s in statuses] == [ErrorCode.NONE] * 3
 

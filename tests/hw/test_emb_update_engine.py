@@ -58,6 +58,10 @@ BAD_PARAMETERS = [
                                r"\(the unique-row capacity\), not 0"),
     ("correction_contexts", 65, r"Correction contexts must be None or an integer in 1\.\.64 "
                                 r"\(the unique-row capacity\), not 65"),
+    ("correction_queue_depth", 1,
+     r"Correction queue depth must be None or an integer in 2\.\.4096, not 1"),
+    ("correction_queue_depth", 4097,
+     r"Correction queue depth must be None or an integer in 2\.\.4096, not 4097"),
 ]
 
 
@@ -86,6 +90,14 @@ def test_correction_contexts_default_and_need_the_relaxed_lookup():
     with pytest.raises(ValueError, match=r"^Correction contexts need the relaxed lookup: "
                                          r"without it the count must be None or 1, not 2$"):
         UpdateEngine(relaxed_lookup=False, correction_contexts=2)
+
+
+def test_correction_queue_depth_default_and_needs_the_relaxed_lookup():
+    assert UpdateEngine().correction_queue_depth == 16
+    assert UpdateEngine(correction_queue_depth=128).correction_queue_depth == 128
+    with pytest.raises(ValueError, match=r"^Correction queue depth needs the relaxed lookup: "
+                                         r"without it the depth must be None, not 16$"):
+        UpdateEngine(relaxed_lookup=False, correction_queue_depth=16)
 
 
 def test_derived_figures_and_ports():
