@@ -1,6 +1,8 @@
-"""The one Verilator configuration of the checkpoint testbenches (tests, campaign, benchmark
-all share its build: a build of the whole system takes minutes)."""
+"""The Verilator configurations of the checkpoint testbenches and the paper benchmark (a build
+of the whole system takes minutes, so the tests, the crash campaign and the benchmark share
+a few)."""
 
+from hw.mem.interleave import channel_bits
 from sim.rtl import Design
 
 __all__ = ["ENGINE", "PAPER_SYSTEM", "SYSTEM", "SYSTEM_4CH", "paper_system"]
@@ -44,8 +46,8 @@ SYSTEM_4CH = Design("ckpt_system_4ch", "tb.ckpt.harness:CheckpointSystem", {
 #: size, 4,096 lines: an rm2_sim batch touches 8,700 table lines, and with 1,024 a fifth of its
 #: log entries were lines already logged (each costs a PMEM write). The memory is four PMEM
 #: channels, as the paper's prototype had four memory controllers, each with the whole `pmem`
-#: profile; 128 reads in flight through the arbiter cover 4 x 0.6 x 60 = 144 lines' worth of
-#: bandwidth x latency nearly, and more than the engines' 64. Each correction context queues
+#: profile; 128 reads in flight through the arbiter: nearly the memory's bandwidth x latency
+#: (4 x 0.6 x 60 = 144 lines), and twice the engines' 64. Each correction context queues
 #: up to 128 occurrences, a whole bag of either preset (80 and 120): with 16 the walk stalled
 #: on the first bag's queue while that bag's chain ran an adder latency per addition, so the
 #: contexts seldom worked at once.
@@ -64,9 +66,8 @@ PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
 def paper_system(channels: int = 4) -> Design:
     """:data:`PAPER_SYSTEM` with its memory on ``channels`` (1, 2 or 4) PMEM channels (each
     count is its own Verilator build; ``python -m bench paper --channels``)."""
+    channel_bits(channels)   # raises with the valid counts
     if channels == PAPER_SYSTEM.params["channels"]:
         return PAPER_SYSTEM
-    if channels not in (1, 2):
-        raise ValueError(f"Channel count must be one of 1, 2, 4, not {channels!r}")
     return Design(f"ckpt_paper_system_{channels}ch", PAPER_SYSTEM.factory,
                   {**PAPER_SYSTEM.params, "channels": channels})
