@@ -9,7 +9,7 @@ from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from hw.mem.arbiter import AxiArbiter
-from hw.mem.interleave import channel_bits
+from hw.mem.interleave import CHANNEL_SHIFT, split_address
 from sim.host_link import HostLink
 from sim.pmem import PMEM, PmemModel
 
@@ -41,11 +41,11 @@ def _system(channels):
 @pytest.mark.parametrize("channels", [1, 4])
 def test_gather_copy_and_write_back(channels):
     m, link, models = _system(channels)
-    k = channel_bits(channels)
     seen = {}
 
     def model_of(line):
-        return models[line % channels], line >> k
+        channel, local = split_address(line << CHANNEL_SHIFT, channels)
+        return models[channel], local >> CHANNEL_SHIFT
 
     async def bench(ctx):
         for mem in models:
