@@ -141,6 +141,11 @@ class UpdateEngine(wiring.Component):
         in parallel only as far as the queues let the walk reach the next bags: a queue that
         holds a whole bag (``max_bag`` occurrences) lets every context work at once.
         ``None``: 16 with ``relaxed_lookup``; without it only ``None`` is allowed.
+    delta_lanes : bool or None
+        Sixteen adder lanes of their own for the apply's ``new - old`` (the delta the
+        correction adds), so that the apply still takes a row line per cycle while a relaxed
+        lookup waits: sharing the adder, each line takes it twice and the apply runs at half
+        rate. ``None`` or False: shared (the smaller design); True needs ``relaxed_lookup``.
 
     Members
     -------
@@ -177,7 +182,8 @@ class UpdateEngine(wiring.Component):
     def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
                  max_unique_rows=64, mul_stages=None, add_stages=None, outstanding_reads=16,
                  shared_lanes=False, write_buffer_lines=None, relaxed_lookup=True,
-                 correction_bags=None, correction_contexts=None, correction_queue_depth=None):
+                 correction_bags=None, correction_contexts=None, correction_queue_depth=None,
+                 delta_lanes=None):
         _check_int(max_tables, 1, 255, "Table count limit must be an integer in 1..255")
         if (not isinstance(max_dim, int) or isinstance(max_dim, bool)
                 or not 16 <= max_dim <= 65520 or max_dim % 16):
@@ -228,6 +234,12 @@ class UpdateEngine(wiring.Component):
         _check_int(correction_queue_depth, 2, 4096,
                    "Correction queue depth must be None or an integer in 2..4096")
         self._correction_queue_depth = correction_queue_depth
+        if delta_lanes is not None and not isinstance(delta_lanes, bool):
+            raise TypeError(f"Delta lanes must be None or a bool, not {delta_lanes!r}")
+        if delta_lanes and not relaxed_lookup:
+            raise ValueError("Delta lanes need the relaxed lookup: without it delta_lanes must "
+                             "be None or False, not True")
+        self._delta_lanes = bool(delta_lanes)
         self._max_tables = max_tables
         self._max_dim = max_dim
         self._num_regions = num_regions
@@ -311,6 +323,11 @@ class UpdateEngine(wiring.Component):
     def correction_contexts(self):
         """Bags whose corrections interleave on the adder."""
         return self._correction_contexts
+
+    @property
+    def delta_lanes(self):
+        """Whether the apply's ``new - old`` has adder lanes of its own."""
+        return self._delta_lanes
 
     @property
     def lines_per_row(self):
@@ -400,7 +417,8 @@ class UpdateEngine(wiring.Component):
             add_stages=self._add_stages, shared_lanes=self._shared_lanes,
             write_depth=self._write_buffer_lines, cached_bags=self._correction_bags,
             corrections=relaxed, correction_contexts=self._correction_contexts,
-            correction_queue_depth=self._correction_queue_depth))
+            correction_queue_depth=self._correction_queue_depth,
+            delta_lanes=self._delta_lanes))
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), datapath.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)

@@ -7,7 +7,8 @@ and one adder serve both, one job at a time (the engine never overlaps them):
   ``acc[slot, line] = (fresh ? +0.0 : acc[slot, line]) + grad_line * scale``;
 * apply (per line of a row of the chunk): ``row_line - lr * acc[slot, line]``, to be written;
   with ``keep_deltas`` the new line minus the old one then replaces ``acc[slot, line]``
-  (``sw_model.relaxed``, step 1: what the row changed by);
+  (``sw_model.relaxed``, step 1: what the row changed by), on the shared adder or, with
+  ``delta_lanes``, on sixteen adder lanes of its own;
 * correct (a relaxed lookup's bags, each held in ``lines_per_slot`` accumulator registers of
   one of ``correction_contexts`` contexts):
   ``bag[line] = bag[line] + delta[slot, line] * factor``; ``bag[line] = bag[line] * (1/L)``
@@ -111,6 +112,10 @@ class UpdateDatapath(wiring.Component):
         registers and a queue of ``correction_queue_depth`` ops (module docstring).
     correction_queue_depth : int
         Ops each context's queue holds, 2..4096 (default 16).
+    delta_lanes : bool
+        Apply's ``new - old`` runs on sixteen adder lanes of its own, so apply takes a row line
+        every cycle with ``keep_deltas`` too (default False: it takes the shared adder a
+        second time, one line every other cycle). Needs ``corrections``.
 
     Members
     -------
@@ -131,8 +136,9 @@ class UpdateDatapath(wiring.Component):
         lags a write by a cycle or two).
     keep_deltas : ``In(1)`` (with ``corrections``)
         Apply also stores ``new - old`` per line in the gradient buffer (hold it for the whole
-        command). A line then takes the adder twice, so apply admits one only when both of
-        its adder cycles are free: at least one line every other cycle.
+        command). Without ``delta_lanes`` a line then takes the adder twice, so apply admits
+        one only when both of its adder cycles are free: at least one line every other
+        cycle.
     correction : ``In(stream.Signature(correction_op_layout(...)))`` (with ``corrections``)
         Correction ops (:class:`CorrectionKind`), each queued for its ``context``; a context
         runs its ops in order, one line per cycle. LOAD ops must go to the contexts in turn
@@ -145,7 +151,8 @@ class UpdateDatapath(wiring.Component):
 
     def __init__(self, *, capacity, lines_per_slot, line_address_width, mul_stages=None,
                  add_stages=None, write_depth=None, shared_lanes=False, cached_bags=0,
-                 corrections=True, correction_contexts=1, correction_queue_depth=16):
+                 corrections=True, correction_contexts=1, correction_queue_depth=16,
+                 delta_lanes=False):
         if cached_bags and not corrections:
             raise ValueError(f"A bag store needs the corrections: cached_bags must be 0 "
                              f"without them, not {cached_bags!r}")
@@ -158,6 +165,12 @@ class UpdateDatapath(wiring.Component):
                 or not 2 <= correction_queue_depth <= 4096):
             raise ValueError(f"Correction queue depth must be an integer in 2..4096, not "
                              f"{correction_queue_depth!r}")
+        if not isinstance(delta_lanes, bool):
+            raise TypeError(f"Delta lanes must be a bool, not {delta_lanes!r}")
+        if delta_lanes and not corrections:
+            raise ValueError("Delta lanes need the corrections: delta_lanes must be False "
+                             "without them")
+        self._delta_lanes = delta_lanes
         self._contexts = correction_contexts
         self._queue_depth = correction_queue_depth
         self._corrections = bool(corrections)
@@ -254,6 +267,11 @@ class UpdateDatapath(wiring.Component):
     @property
     def correction_queue_depth(self):
         return self._queue_depth
+
+    @property
+    def delta_lanes(self):
+        """Whether apply's ``new - old`` has adder lanes of its own."""
+        return self._delta_lanes
 
     @property
     def context_width(self):
@@ -372,7 +390,10 @@ class UpdateDatapath(wiring.Component):
         busy_line = Cat(*(entry.valid & (entry.buffer == target) for entry in recent)).any()
         wants_accumulate = self.accumulate.valid & self.gradient.valid
         accumulate_go = Signal()
-        m.d.comb += accumulate_go.eq(wants_accumulate & ~busy_line & (applying == 0))
+        # (Deltas still in flight would write the buffer in the same cycle as a sum.)
+        deltas_busy = ((subtracting != 0) | feedback_valid) if self._corrections else Const(0)
+        m.d.comb += accumulate_go.eq(wants_accumulate & ~busy_line & (applying == 0) &
+                                     ~deltas_busy)
         for newer, older in zip([None, *recent], recent, strict=False):
             if newer is None:
                 m.d.sync += [older.valid.eq(accumulate_go), older.buffer.eq(target)]
@@ -390,21 +411,23 @@ class UpdateDatapath(wiring.Component):
         # and read its gradient sum. Stage B: multiply lr by the sum.
         context = self.row_context.payload
         apply_go = Signal()
-        # With keep_deltas a line takes the adder twice: its product ``product_slot`` cycles
-        # after it is taken, its ``new - old`` at ``delta_slot``. A line is taken only if
-        # both cycles are free (``adder_booked``, bit k: the adder's input k cycles from now).
-        product_slot = 2 + self.mul_latency
-        delta_slot = product_slot + self.add_latency + 1
-        adder_booked = Signal(delta_slot + 1)
-        adder_free = ~adder_booked[product_slot] & ~adder_booked[delta_slot]
+        # With keep_deltas and a shared adder a line takes the adder twice: its product
+        # ``product_slot`` cycles after it is taken, its ``new - old`` at ``delta_slot``. A
+        # line is taken only if both cycles are free (``adder_booked``, bit k: the adder's
+        # input k cycles from now). Delta lanes of its own leave the adder to the products.
+        adder_free = Const(1)
+        if not self._delta_lanes:
+            product_slot = 2 + self.mul_latency
+            delta_slot = product_slot + self.add_latency + 1
+            adder_booked = Signal(delta_slot + 1)
+            adder_free = ~keep_deltas | (~adder_booked[product_slot] & ~adder_booked[delta_slot])
+            m.d.sync += adder_booked.eq(
+                (adder_booked >> 1) |
+                Mux(apply_go & keep_deltas,
+                    (1 << (product_slot - 1)) | (1 << (delta_slot - 1)), 0))
         m.d.comb += apply_go.eq(
             self.rows.valid & self.row_context.valid & (accumulating == 0) &
-            ~wants_accumulate & (writes.level + applying < self._write_depth) &
-            (~keep_deltas | adder_free))
-        m.d.sync += adder_booked.eq(
-            (adder_booked >> 1) |
-            Mux(apply_go & keep_deltas,
-                (1 << (product_slot - 1)) | (1 << (delta_slot - 1)), 0))
+            ~wants_accumulate & (writes.level + applying < self._write_depth) & adder_free)
         apply_row = Signal(LINE_BITS)
         apply_address = Signal(self._line_address_width)
         apply_buffer = Signal(buffer_address)
@@ -584,11 +607,24 @@ class UpdateDatapath(wiring.Component):
         add_in = adder.i.payload
         add_in_tag = Signal(add_tag)
         m.d.comb += add_in.tag.eq(add_in_tag)
+        shared_delta = self._corrections and not self._delta_lanes
         if self._corrections:
-            # Apply's new line and its old one, back into the adder the cycle after
-            # (``new - old``).
+            # Apply's new line and its old one, the cycle after, into the adder or the delta
+            # lanes (``new - old``).
             feedback = Signal(data.StructLayout({"new": LINE_BITS, "old": LINE_BITS,
                                                  "buffer": buffer_address}))
+        if self._delta_lanes:
+            subtractor = m.submodules.delta_subtractor = FPLanes(
+                op="add", lanes=_LANES, stages=self.add_latency,
+                tag_width=buffer_address.width)
+            m.d.comb += [
+                subtractor.i.valid.eq(feedback_valid),
+                subtractor.i.payload.a.eq(feedback.new),
+                subtractor.i.payload.b.eq(feedback.old),
+                subtractor.i.payload.sub.eq(1),
+                subtractor.i.payload.tag.eq(feedback.buffer),
+            ]
+        elif self._corrections:
             with m.If(feedback_valid):
                 m.d.comb += [
                     adder.i.valid.eq(1),
@@ -598,7 +634,7 @@ class UpdateDatapath(wiring.Component):
                     add_in_tag.job.eq(_Job.DELTA),
                     add_in_tag.buffer.eq(feedback.buffer),
                 ]
-        with m.If(~feedback_valid if self._corrections else 1):
+        with m.If(~feedback_valid if shared_delta else 1):
             with m.Switch(held_tag.job):
                 with m.Case(_Job.APPLY):
                     m.d.comb += [add_in.a.eq(held_tag.row), add_in.sub.eq(1)]
@@ -625,6 +661,8 @@ class UpdateDatapath(wiring.Component):
         m.d.comb += result_tag.eq(adder.o.payload.tag)
         result = adder.o.payload.result
         job_done = {job: adder.o.valid & (result_tag.job == job) for job in _Job}
+        if self._delta_lanes:
+            job_done[_Job.DELTA] = subtractor.o.valid
         finished_apply = job_done[_Job.APPLY]
         m.d.comb += [
             buffer_write.en.eq(job_done[_Job.ACCUMULATE] |
@@ -634,6 +672,10 @@ class UpdateDatapath(wiring.Component):
             writes.w_en.eq(finished_apply),
             writes.w_data.eq(Cat(result_tag.address, result)),
         ]
+        if self._delta_lanes:
+            with m.If(subtractor.o.valid):
+                m.d.comb += [buffer_write.addr.eq(subtractor.o.payload.tag),
+                             buffer_write.data.eq(subtractor.o.payload.result)]
         m.d.sync += [
             accumulating.eq(accumulating + accumulate_go - job_done[_Job.ACCUMULATE]),
             applying.eq(applying + apply_go - finished_apply),

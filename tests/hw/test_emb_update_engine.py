@@ -100,6 +100,17 @@ def test_correction_queue_depth_default_and_needs_the_relaxed_lookup():
         UpdateEngine(relaxed_lookup=False, correction_queue_depth=16)
 
 
+def test_delta_lanes_default_and_need_the_relaxed_lookup():
+    assert not UpdateEngine().delta_lanes
+    assert UpdateEngine(delta_lanes=True).delta_lanes
+    assert not UpdateEngine(relaxed_lookup=False, delta_lanes=False).delta_lanes
+    with pytest.raises(ValueError, match=r"^Delta lanes need the relaxed lookup: without it "
+                                         r"delta_lanes must be None or False, not True$"):
+        UpdateEngine(relaxed_lookup=False, delta_lanes=True)
+    with pytest.raises(TypeError, match=r"^Delta lanes must be None or a bool, not 1$"):
+        UpdateEngine(delta_lanes=1)
+
+
 def test_derived_figures_and_ports():
     engine = UpdateEngine(max_tables=3, max_dim=96, num_regions=2, addr_width=40, id_width=5,
                           max_unique_rows=12, mul_stages=3, add_stages=4, outstanding_reads=6)

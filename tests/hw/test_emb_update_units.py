@@ -9,7 +9,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
-from hw.emb.update_datapath import UpdateDatapath
+from hw.emb.update_datapath import CorrectionKind, UpdateDatapath
 from hw.emb.update_reads import ReadRouter, WordReader
 from hw.emb.update_reciprocal import Reciprocal, reciprocal_bits
 from hw.emb.update_rows import UniqueRows
@@ -427,3 +427,119 @@ def test_datapath_without_corrections_has_no_correction_ports():
 def test_datapath_rejects_bad_correction_parameters(name, value, message):
     with pytest.raises(ValueError, match=f"^{message}$"):
         UpdateDatapath(capacity=4, lines_per_slot=2, line_address_width=10, **{name: value})
+
+
+def test_datapath_delta_lanes_need_the_corrections_and_a_bool():
+    kwargs = dict(capacity=4, lines_per_slot=2, line_address_width=10)
+    assert UpdateDatapath(**kwargs, delta_lanes=True).delta_lanes
+    assert not UpdateDatapath(**kwargs).delta_lanes
+    with pytest.raises(ValueError, match=r"^Delta lanes need the corrections: delta_lanes must "
+                                         r"be False without them$"):
+        UpdateDatapath(**kwargs, corrections=False, delta_lanes=True)
+    with pytest.raises(TypeError, match=r"^Delta lanes must be a bool, not 1$"):
+        UpdateDatapath(**kwargs, delta_lanes=1)
+
+
+def _f32(values):
+    return np.asarray(values, dtype=np.float32)
+
+
+def _line_int(floats):
+    return int.from_bytes(_f32(floats).tobytes(), "little")
+
+
+def _line_floats(value):
+    return np.frombuffer(value.to_bytes(64, "little"), dtype=np.float32)
+
+
+@pytest.mark.parametrize("delta_lanes", [False, True])
+def test_datapath_apply_keeps_deltas_at_its_rate(delta_lanes):
+    """Accumulate a gradient per slot, apply the SGD step with ``keep_deltas``, then add each
+    slot's ``new - old`` to a bag (CORRECT, factor 1) and store it: the rows and the corrected
+    bags are bit-exact, and the apply takes a row line every other cycle on the shared adder
+    (in bursts of an adder latency + 1: the lines whose two adder cycles interleave) but
+    every cycle with delta lanes of its own."""
+    capacity, lps = 16, 2
+    lines = capacity * lps
+    dut = UpdateDatapath(capacity=capacity, lines_per_slot=lps, line_address_width=10,
+                         delta_lanes=delta_lanes)
+    draw = np.random.default_rng(8)
+    gradient = draw.standard_normal((lines, 16)).astype(np.float32)
+    rows = draw.standard_normal((lines, 16)).astype(np.float32)
+    bags = draw.standard_normal((lines, 16)).astype(np.float32)
+    lr = np.float32(0.375)
+    taken_at = []
+    written = {}
+
+    async def gradients(ctx):
+        for line in gradient:
+            ctx.set(dut.gradient.payload, _line_int(line))
+            ctx.set(dut.gradient.valid, 1)
+            await ctx.tick().until(dut.gradient.ready)
+        ctx.set(dut.gradient.valid, 0)
+
+    async def collect(ctx):
+        ctx.set(dut.writes.ready, 1)
+        while True:
+            _, _, valid, payload = await ctx.tick().sample(dut.writes.valid, dut.writes.payload)
+            if valid:
+                written[payload.address] = _line_floats(payload.data)
+
+    async def testbench(ctx):
+        ctx.set(dut.lr, int(lr.view(np.uint32)))
+        ctx.set(dut.keep_deltas, 1)
+        for slot in range(capacity):
+            ctx.set(dut.accumulate.payload, {"slot": slot, "fresh": 1, "lines": lps,
+                                             "scale": int(np.float32(1).view(np.uint32))})
+            ctx.set(dut.accumulate.valid, 1)
+            await ctx.tick().until(dut.accumulate.ready)
+        ctx.set(dut.accumulate.valid, 0)
+        await ctx.tick().until(dut.accumulate_idle)
+        cycle = 0
+        for line in range(lines):
+            ctx.set(dut.rows.payload, _line_int(rows[line]))
+            ctx.set(dut.row_context.payload, {"slot": line // lps, "line": line % lps,
+                                              "address": line})
+            ctx.set(dut.rows.valid, 1)
+            ctx.set(dut.row_context.valid, 1)
+            while True:
+                cycle += 1
+                _, _, taken = await ctx.tick().sample(dut.rows.ready)
+                if taken:
+                    break
+            taken_at.append(cycle)
+        ctx.set(dut.rows.valid, 0)
+        ctx.set(dut.row_context.valid, 0)
+        await ctx.tick().until(dut.apply_idle)
+        # Each slot's deltas into bag lines loaded from ``bag_lines``, stored at 512 + line.
+        ops = []
+        for slot in range(capacity):
+            base = {"context": 0, "cached": 0, "bag": 0, "slot": slot, "lines": lps,
+                    "factor": int(np.float32(1).view(np.uint32)), "address": 512 + slot * lps}
+            ops += [{**base, "kind": kind} for kind in
+                    (CorrectionKind.LOAD, CorrectionKind.CORRECT, CorrectionKind.STORE)]
+        bag_line = 0
+        for op in ops:
+            ctx.set(dut.correction.payload, op)
+            ctx.set(dut.correction.valid, 1)
+            await ctx.tick().until(dut.correction.ready)
+            ctx.set(dut.correction.valid, 0)
+            if op["kind"] == CorrectionKind.LOAD:
+                for _ in range(lps):
+                    ctx.set(dut.bag_lines.payload, _line_int(bags[bag_line]))
+                    ctx.set(dut.bag_lines.valid, 1)
+                    await ctx.tick().until(dut.bag_lines.ready)
+                    bag_line += 1
+                ctx.set(dut.bag_lines.valid, 0)
+        await ctx.tick().until(dut.correction_idle)
+        await ctx.tick().repeat(4)
+
+    simulate(dut, gradients, testbench, processes=(collect,), deadline=5_000)
+    new_rows = rows - lr * gradient          # float32: one rounding each, no FMA
+    expected_bags = bags + (new_rows - rows)
+    for line in range(lines):
+        assert np.array_equal(written[line].view(np.uint32), new_rows[line].view(np.uint32))
+        assert np.array_equal(written[512 + line].view(np.uint32),
+                              expected_bags[line].view(np.uint32))
+    span = taken_at[-1] - taken_at[0]
+    assert span == (lines - 1 if delta_lanes else 2 * lines - dut.add_latency - 2), taken_at
