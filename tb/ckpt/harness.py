@@ -6,16 +6,16 @@ acts per command).
 
     cmd/done -> CheckpointEngine -> EmbeddingEngine
                    engine_axi <------ axi
-                   axi -> PmemModel (latency/bandwidth profile, power-fail, backdoor)
-                   axi -> AxiArbiter -> PmemModel x channels   (``channels`` > 1)
+                   axi -> PmemChannels (1, 2 or 4 PmemModels: latency/bandwidth profile,
+                                        power-fail, backdoor; sim/pmem_channels.py)
 
 With several channels each PMEM model is one memory controller with the whole profile (the
 paper's prototype had four), lines interleaved on address bits [7:6] by the device's own
-arbiter (``hw/mem/arbiter.py``); the backdoor, the power failure and the counters span them
-all, so a testbench sees one memory whatever the count.
+arbiter; the backdoor, the power failure and the counters span them all, so a testbench sees
+one memory whatever the count.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Module, Mux
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -30,10 +30,8 @@ from hw.emb.layouts import (
     status_layout,
     table_layout,
 )
-from hw.mem.arbiter import AxiArbiter
-from hw.mem.interleave import channel_bits
 from sim.host_link import HostLink
-from sim.pmem import PmemModel
+from sim.pmem_channels import CHANNEL_SEED_STEP, PMEM_INPUTS, PMEM_OUTPUTS, PmemChannels
 
 __all__ = ["CHANNEL_SEED_STEP", "CKPT_STATUS", "PMEM_INPUTS", "CheckpointSystem"]
 
@@ -45,14 +43,8 @@ CKPT_STATUS = {
     "recovery_cycles": 32, "restored_entries": 32, "rolled_back": 1, "gpf_done": 1,
     "gpf_drain_cycles": 32, "engine_protocol_error": 1,
 }
-#: PmemModel timing and power-fail inputs exposed under the same names.
-PMEM_INPUTS = ("read_latency", "write_latency", "read_rate_num", "read_rate_den",
-               "write_rate_num", "write_rate_den", "power_fail", "fail_seed", "fail_keep")
-#: Channel ``c``'s torn-write seed is ``fail_seed + c * CHANNEL_SEED_STEP`` (mod 2**32), so
-#: the channels draw independent verdicts from one seed.
-CHANNEL_SEED_STEP = 0x9E3779B9
-_PMEM_OUTPUTS = ("powered_down", "backdoor_rdata", "now", "read_beats", "write_beats",
-                 "pending", "lost_beats", "kept_beats")
+#: The memory's ports the system top exposes under the same names.
+_MEMORY_PORTS = (*PMEM_INPUTS, *PMEM_OUTPUTS, "backdoor_addr", "backdoor_wdata", "backdoor_we")
 
 
 class CheckpointSystem(wiring.Component):
@@ -61,10 +53,11 @@ class CheckpointSystem(wiring.Component):
     checkpoint engine's), and the EmbeddingEngine's own parameters (``max_tables``,
     ``max_dim``, ``num_regions``, ``addr_width``, ``id_width``, ...).
 
-    ``channels`` (1, 2 or 4) PMEM models share ``memory_lines`` through an :class:`AxiArbiter`
-    with ``reorder_depth`` reads (and writes) in flight; with one channel the model is
-    connected directly and ``reorder_depth`` is unused. ``fail_seed`` seeds channel ``c``'s
-    torn-write draws with ``fail_seed + c * CHANNEL_SEED_STEP``.
+    ``channels`` (1, 2 or 4) PMEM models share ``memory_lines`` through an
+    :class:`~hw.mem.arbiter.AxiArbiter` with ``reorder_depth`` reads (and writes) in flight
+    (:class:`~sim.pmem_channels.PmemChannels`); with one channel the model is connected
+    directly and ``reorder_depth`` is unused. ``fail_seed`` seeds channel ``c``'s torn-write
+    draws with ``fail_seed + c * CHANNEL_SEED_STEP``.
 
     ``host_link`` (a dict of :class:`sim.host_link.HostLink` parameters, or None) adds the
     host-gather baseline's CXL.mem link: a second AXI manager on the PMEM model, selected
@@ -72,22 +65,17 @@ class CheckpointSystem(wiring.Component):
 
     def __init__(self, *, memory_lines=8192, pending_beats=64, log_buffer_depth=64,
                  dedup_entries=256, host_link=None, channels=1, reorder_depth=64, **engine):
-        k = channel_bits(channels)   # raises with the valid counts
-        if (not isinstance(memory_lines, int) or memory_lines < 2 << k
-                or memory_lines & (memory_lines - 1)):
-            raise ValueError(f"Memory lines must be a power of two, at least {2 << k} for "
-                             f"{channels} channel(s), not {memory_lines!r}")
         self._engine = engine
-        self._memory_lines = memory_lines
-        self._pending_beats = pending_beats
-        self._channels = channels
         self._ckpt = dict(log_buffer_depth=log_buffer_depth, dedup_entries=dedup_entries)
         aw = engine.get("addr_width", 48)
         self._aw = aw
         self._id_width = engine.get("id_width", 8)
         max_tables = engine.get("max_tables", 8)
         num_regions = engine.get("num_regions", 4)
-        # Built here so that both components check their parameters in this constructor.
+        # Built here so that the components check their parameters in this constructor.
+        self._memory = PmemChannels(memory_lines=memory_lines, channels=channels,
+                                    addr_width=aw, id_width=self._id_width,
+                                    pending_beats=pending_beats, reorder_depth=reorder_depth)
         self._embedding = EmbeddingEngine(**engine)
         self._checkpoint = CheckpointEngine(addr_width=aw, id_width=self._id_width,
                                             max_tables=max_tables, **self._ckpt)
@@ -113,33 +101,10 @@ class CheckpointSystem(wiring.Component):
             "gpf": In(1),
             "counters": Out(counters_layout()),
             "ckpt_counters": Out(ckpt_counters_layout()),
-            "backdoor_addr": In(range(memory_lines)),
-            "backdoor_wdata": In(512),
-            "backdoor_we": In(1),
         }
         members.update({name: Out(shape) for name, shape in CKPT_STATUS.items()})
-        self._arbiter = None
-        if channels == 1:
-            memories = [PmemModel(depth=memory_lines, addr_width=aw, id_width=self._id_width,
-                                  pending_beats=pending_beats)]
-        else:
-            self._arbiter = AxiArbiter(num_managers=1, channels=channels, addr_width=aw,
-                                       id_width=self._id_width, reorder_depth=reorder_depth)
-            memories = [PmemModel(depth=memory_lines >> k,
-                                  addr_width=self._arbiter.channel_addr_width,
-                                  id_width=self._arbiter.channel_id_width,
-                                  pending_beats=pending_beats)
-                        for _ in range(channels)]
-        shapes = memories[0].signature.members
-        for name in PMEM_INPUTS:
-            members[name] = In(shapes[name].shape)
-        for name in _PMEM_OUTPUTS:
-            members[name] = Out(shapes[name].shape)
-        if channels > 1:   # sums over the channels
-            members["pending"] = Out(range(channels * pending_beats + 1))
-            members["lost_beats"] = Out(16 + k)
-            members["kept_beats"] = Out(16 + k)
-        self._memories = memories
+        memory_members = self._memory.signature.members
+        members.update({name: memory_members[name] for name in _MEMORY_PORTS})
         self._link = None
         if host_link is not None:
             self._link = HostLink(addr_width=aw, id_width=self._id_width, **host_link)
@@ -151,11 +116,11 @@ class CheckpointSystem(wiring.Component):
 
     @property
     def memory_lines(self):
-        return self._memory_lines
+        return self._memory.memory_lines
 
     @property
     def channels(self):
-        return self._channels
+        return self._memory.channels
 
     @property
     def has_update(self):
@@ -165,7 +130,8 @@ class CheckpointSystem(wiring.Component):
         m = Module()
         m.submodules.embedding = embedding = self._embedding
         m.submodules.checkpoint = checkpoint = self._checkpoint
-        port = self._memory_port(m)
+        m.submodules.memory = memory = self._memory
+        port = memory.axi
         wiring.connect(m, wiring.flipped(self.cmd), checkpoint.cmd)
         wiring.connect(m, checkpoint.done, wiring.flipped(self.done))
         wiring.connect(m, checkpoint.engine_cmd, embedding.cmd)
@@ -205,53 +171,12 @@ class CheckpointSystem(wiring.Component):
         ]
         for name in CKPT_STATUS:
             m.d.comb += getattr(self, name).eq(getattr(checkpoint, name))
-        self._connect_memories(m)
+        for name in _MEMORY_PORTS:
+            if memory.signature.members[name].flow == In:
+                m.d.comb += getattr(memory, name).eq(getattr(self, name))
+            else:
+                m.d.comb += getattr(self, name).eq(getattr(memory, name))
         return m
-
-    def _memory_port(self, m):
-        """The AXI port the system's manager drives: the PMEM model's, or the arbiter's."""
-        for channel, memory in enumerate(self._memories):
-            m.submodules[f"memory{channel}" if self._arbiter else "memory"] = memory
-        if self._arbiter is None:
-            return self._memories[0].axi
-        m.submodules.arbiter = arbiter = self._arbiter
-        for channel, memory in enumerate(self._memories):
-            wiring.connect(m, arbiter.channels[channel], memory.axi)
-        return arbiter.managers[0]
-
-    def _connect_memories(self, m):
-        """Timing, power failure, backdoor and counters across the channels: system line ``L``
-        is line ``L >> k`` of channel ``L mod 2**k``, as the arbiter interleaves."""
-        memories, k = self._memories, channel_bits(self._channels)
-        for channel, memory in enumerate(memories):
-            for name in PMEM_INPUTS:
-                value = getattr(self, name)
-                if name == "fail_seed":
-                    value = (value + channel * CHANNEL_SEED_STEP)[:32]
-                m.d.comb += getattr(memory, name).eq(value)
-            m.d.comb += [
-                memory.backdoor_addr.eq(self.backdoor_addr >> k),
-                memory.backdoor_wdata.eq(self.backdoor_wdata),
-                memory.backdoor_we.eq(self.backdoor_we
-                                      & (self.backdoor_addr[:k] == channel if k else 1)),
-            ]
-        if k == 0:
-            for name in _PMEM_OUTPUTS:
-                m.d.comb += getattr(self, name).eq(getattr(memories[0], name))
-            return
-        # backdoor_rdata is the line addressed one cycle earlier: choose with that address.
-        read_channel = Signal(k)
-        m.d.sync += read_channel.eq(self.backdoor_addr[:k])
-        with m.Switch(read_channel):
-            for channel, memory in enumerate(memories):
-                with m.Case(channel):
-                    m.d.comb += self.backdoor_rdata.eq(memory.backdoor_rdata)
-        m.d.comb += [
-            self.now.eq(memories[0].now),   # the models count the same cycles
-            self.powered_down.eq(Cat(*(memory.powered_down for memory in memories)).all()),
-        ]
-        for name in ("read_beats", "write_beats", "pending", "lost_beats", "kept_beats"):
-            m.d.comb += getattr(self, name).eq(sum(getattr(memory, name) for memory in memories))
 
     def _select_manager(self, m, device, host, memory):
         """The PMEM model's AXI port to the device or (``host_select``) the host link; the

@@ -8,52 +8,34 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
-from hw.mem.arbiter import AxiArbiter
-from hw.mem.interleave import CHANNEL_SHIFT, split_address
 from sim.host_link import HostLink
-from sim.pmem import PMEM, PmemModel
+from sim.pmem import PMEM
+from sim.pmem_channels import PmemChannels
 
 MEMORY_LINES = 1024
 
 
 def _system(channels):
-    """The link on ``channels`` PMEM models; returns (module, link, models)."""
+    """The link on ``channels`` PMEM models; returns (module, link, memory)."""
     m = Module()
     m.submodules.link = link = HostLink(addr_width=32, id_width=6, desc_depth=64,
                                         buffer_lines=256)
-    if channels == 1:
-        m.submodules.mem = mem = PmemModel(depth=MEMORY_LINES, addr_width=32, id_width=6)
-        wiring.connect(m, link.axi, mem.axi)
-        return m, link, [mem]
-    m.submodules.arbiter = arbiter = AxiArbiter(num_managers=1, channels=channels,
-                                                addr_width=32, id_width=6, reorder_depth=64)
-    wiring.connect(m, link.axi, arbiter.managers[0])
-    models = []
-    for channel in range(channels):
-        mem = PmemModel(depth=MEMORY_LINES // channels, addr_width=arbiter.channel_addr_width,
-                        id_width=arbiter.channel_id_width)
-        m.submodules[f"mem{channel}"] = mem
-        wiring.connect(m, arbiter.channels[channel], mem.axi)
-        models.append(mem)
-    return m, link, models
+    m.submodules.memory = memory = PmemChannels(memory_lines=MEMORY_LINES, channels=channels,
+                                                addr_width=32, id_width=6)
+    wiring.connect(m, link.axi, memory.axi)
+    return m, link, memory
 
 
 @pytest.mark.parametrize("channels", [1, 4])
 def test_gather_copy_and_write_back(channels):
-    m, link, models = _system(channels)
+    m, link, mem = _system(channels)
     seen = {}
 
-    def model_of(line):
-        channel, local = split_address(line << CHANNEL_SHIFT, channels)
-        return models[channel], local >> CHANNEL_SHIFT
-
     async def bench(ctx):
-        for mem in models:
-            for port, value in PMEM.inputs().items():
-                ctx.set(getattr(mem, port), value)
+        for port, value in PMEM.inputs().items():
+            ctx.set(getattr(mem, port), value)
         for line in range(64):
-            mem, local = model_of(line)
-            ctx.set(mem.backdoor_addr, local)
+            ctx.set(mem.backdoor_addr, line)
             ctx.set(mem.backdoor_wdata, line * 1000 + 7)
             ctx.set(mem.backdoor_we, 1)
             await ctx.tick()
@@ -74,11 +56,11 @@ def test_gather_copy_and_write_back(channels):
             ctx.set(link.start, 1)
             await ctx.tick()
             ctx.set(link.start, 0)
-            started = ctx.get(models[0].now)
+            started = ctx.get(mem.now)
             await ctx.tick()
             while ctx.get(link.busy):
                 await ctx.tick()
-            return ctx.get(models[0].now) - started
+            return ctx.get(mem.now) - started
 
         seen["gather"] = await command(0, 4, 2)
         seen["copy"] = await command(3, 4, 2, base=512 * 64)
@@ -86,8 +68,7 @@ def test_gather_copy_and_write_back(channels):
         seen["lines"] = (ctx.get(link.lines_read), ctx.get(link.lines_written))
         copied = []
         for line in range(512, 520):
-            mem, local = model_of(line)
-            ctx.set(mem.backdoor_addr, local)
+            ctx.set(mem.backdoor_addr, line)
             await ctx.tick()
             copied.append(ctx.get(mem.backdoor_rdata))
         seen["copied"] = copied
