@@ -28,7 +28,8 @@ How a command runs
 **Correcting a relaxed lookup** (``correct_enable``, ``sw_model.relaxed``; built only with
 ``relaxed_lookup``, the default): the deferred LOOKUP(N+1)'s command comes along with
 UPDATE(N). Its descriptors are checked and its offsets and indices validated too, before any
-row is written. After each chunk's apply (which keeps
+row is written (by a second walker, alongside the command's own validation and first
+accumulation, which write nothing). After each chunk's apply (which keeps
 ``new - old`` per line in the gradient buffer) the CAM keeps the chunk's rows while
 :class:`~.update_correct.CorrectionSequencer` walks batch N+1 and adds the deltas of the rows
 both touch to its pooled output, chunk by chunk as ``sw_model.relaxed`` defines it; after the
@@ -596,6 +597,23 @@ class UpdateEngine(wiring.Component):
                          (waiting.level == 0))
         writes_settled = writes.idle & datapath.apply_idle & ~datapath.writes_queued
 
+        # The deferred lookup's offsets and indices are validated alongside the command's
+        # own validation and its first accumulation (which write nothing); a row is written,
+        # or a correction starts, only once they are known good. Its errors are reported
+        # after the command's own validation errors, as if the two ran one after the other.
+        validating_deferred = Signal()
+        deferred_invalid = Const(0)
+        if relaxed:
+            checking_deferred_indices = Signal()
+            deferred_invalid = validating_deferred & deferred_walk_failed
+            with m.If(validating_deferred & deferred_walker.status.done &
+                      ~deferred_walk_failed):
+                with m.If(checking_deferred_indices):
+                    m.d.sync += validating_deferred.eq(0)
+                with m.Else():
+                    start_deferred_walk(WalkMode.INDICES)
+                    m.d.sync += checking_deferred_indices.eq(1)
+
         with m.FSM():
             with m.State("Idle"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -605,11 +623,12 @@ class UpdateEngine(wiring.Component):
                         command.eq(self.cmd.payload),
                         error.eq(ErrorCode.NONE), error_table.eq(0), error_bag.eq(0),
                         error_position.eq(0), bus_error.eq(0), last_chunk.eq(0),
-                        halted.eq(0),
+                        halted.eq(0), validating_deferred.eq(0),
                     ]
                     m.next = "Check"
                     if relaxed:
                         m.d.sync += [deferred.eq(self.correct),
+                                     checking_deferred_indices.eq(0),
                                      correcting.eq(self.correct_enable),
                                      checking_deferred.eq(self.correct_enable)]
                         with m.If(self.correct_enable):
@@ -635,6 +654,10 @@ class UpdateEngine(wiring.Component):
                         m.next = "Done"
                     with m.Else():
                         start_walk(WalkMode.OFFSETS)
+                        if relaxed:
+                            with m.If(correcting):
+                                start_deferred_walk(WalkMode.OFFSETS)
+                                m.d.sync += validating_deferred.eq(1)
                         m.next = "Validate-Offsets"
 
             with m.State("Validate-Offsets"):
@@ -654,38 +677,17 @@ class UpdateEngine(wiring.Component):
                     record(walker.status)
                     m.next = "Drain"
                 with m.Elif(walker.status.done):
-                    # (``correcting`` is never set without the relaxed lookup.)
-                    with m.If(correcting):
-                        if relaxed:
-                            start_deferred_walk(WalkMode.OFFSETS)
-                            m.next = "Validate-Deferred-Offsets"
-                    with m.Else():
-                        start_walk(WalkMode.UPDATE)
-                        m.next = "Accumulate"
-
-            if relaxed:
-                for state, mode, following in (("Validate-Deferred-Offsets", WalkMode.INDICES,
-                                                "Validate-Deferred-Indices"),
-                                               ("Validate-Deferred-Indices", None,
-                                                "Accumulate")):
-                    with m.State(state):
-                        with m.If(bus_error):
-                            m.next = "Drain"
-                        with m.Elif(deferred_walk_failed):
-                            record(deferred_walker.status)
-                            m.next = "Drain"
-                        with m.Elif(deferred_walker.status.done):
-                            if mode is None:
-                                start_walk(WalkMode.UPDATE)
-                            else:
-                                start_deferred_walk(mode)
-                            m.next = following
+                    start_walk(WalkMode.UPDATE)
+                    m.next = "Accumulate"
 
             with m.State("Accumulate"):
                 with m.If(bus_error):
                     m.next = "Drain"
                 with m.Elif(walk_failed):  # only if memory changed since the validation
                     record(walker.status)
+                    m.next = "Drain"
+                with m.Elif(deferred_invalid):
+                    record(deferred_walker.status)
                     m.next = "Drain"
                 with m.Elif(unique.full):
                     m.next = "Chunk-Settle"
@@ -695,6 +697,9 @@ class UpdateEngine(wiring.Component):
 
             with m.State("Chunk-Settle"):
                 with m.If(bus_error):
+                    m.next = "Drain"
+                with m.Elif(deferred_invalid):
+                    record(deferred_walker.status)
                     m.next = "Drain"
                 with m.Elif(~unique.o.valid & datapath.accumulate_idle):
                     with m.If((unique.count == 0) & correcting):
@@ -710,7 +715,10 @@ class UpdateEngine(wiring.Component):
                 # previous chunk has completed.
                 with m.If(bus_error):
                     m.next = "Drain"
-                with m.Elif(writes_settled):
+                with m.Elif(deferred_invalid):
+                    record(deferred_walker.status)
+                    m.next = "Drain"
+                with m.Elif(writes_settled & ~validating_deferred):
                     m.d.comb += row_fetch.start.eq(1)
                     m.next = "Apply"
 
@@ -735,7 +743,10 @@ class UpdateEngine(wiring.Component):
                     # this one: every write completes first.
                     with m.If(bus_error):
                         m.next = "Drain"
-                    with m.Elif(writes_settled | ~corrector.spilled):
+                    with m.Elif(deferred_invalid):
+                        record(deferred_walker.status)
+                        m.next = "Drain"
+                    with m.Elif((writes_settled | ~corrector.spilled) & ~validating_deferred):
                         start_deferred_walk(WalkMode.UPDATE)
                         m.d.comb += corrector.start.eq(1)
                         m.next = "Correct"

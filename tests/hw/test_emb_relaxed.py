@@ -104,9 +104,10 @@ class TwoBatches:
         return cls(rows, dims, bags, tables, table_base, batches, image, gradient, descriptors)
 
 
-def run(engine, image, steps, *, descriptors, deadline=100_000):
+def run(engine, image, steps, *, descriptors, deadline=100_000, patches=None):
     """Run ``(command, relaxed)`` steps in order on one memory image; return the statuses and
-    the memory model."""
+    the memory model. ``patches`` maps a step's number to a function that changes the image
+    just before that step's command."""
     memory = AxiMemoryModel(engine.axi, seed=5, busy=0.25)
     memory.image = image
     statuses = []
@@ -116,7 +117,9 @@ def run(engine, image, steps, *, descriptors, deadline=100_000):
         ctx.set(engine.tables, descriptors)
         ctx.set(engine.regions, data_regions())
         ctx.set(engine.lr, int(LR.view(np.uint32)))
-        for command, relaxed in steps:
+        for number, (command, relaxed) in enumerate(steps):
+            if patches and number in patches:
+                patches[number](image)
             if engine.relaxed_lookup:
                 ctx.set(engine.relaxed, relaxed)
             else:
@@ -205,6 +208,53 @@ def test_deferred_lookup_is_corrected_by_the_update(modes):
         got = read_floats(image, batch.addresses["output"], bags * row_floats)
         expected = np.concatenate(pooled[k], axis=1)
         assert same_bits(got.reshape(bags, row_floats), expected).all(), f"batch {k} output"
+
+
+def _index_position(batch, bags, table, bag, k):
+    return int(batch.offsets[table * bags + bag]) + k
+
+
+@pytest.mark.parametrize("broken", ["deferred_index", "deferred_offsets", "both_indices"])
+def test_update_refuses_a_deferred_lookup_changed_in_memory(broken):
+    """The deferred LOOKUP(N+1)'s indices or offsets change in memory before UPDATE(N) (they
+    were good when it ran): UPDATE(N) validates them, alongside its own validation and first
+    accumulation, and ends with their error before writing any row. Its own errors come
+    first, as if the two validations ran one after the other."""
+    rng = np.random.default_rng(40)
+    case = TwoBatches.draw(rng, (PoolingMode.SUM, PoolingMode.MEAN), bags=3, max_bag=4)
+    batches, image, bags = case.batches, case.image, case.bags
+    tables_before = bytes(image[0x1000:0x4000])
+    own = _index_position(batches[0], bags, 1, 2, 0)
+    deferred = _index_position(batches[1], bags, 1, 1, 0)
+
+    def break_index(batch, position):
+        def patch(memory):
+            at = batch.addresses["indices"] + 4 * position
+            memory[at:at + 4] = np.uint32(case.rows[1]).tobytes()   # one past the last row
+        return patch
+
+    def break_offsets(memory):
+        at = batches[1].addresses["offsets"] + 4 * 2        # entry 2 below entry 1
+        memory[at:at + 4] = np.uint32(0).tobytes()
+
+    patch = {"deferred_index": break_index(batches[1], deferred),
+             "deferred_offsets": break_offsets,
+             "both_indices": lambda memory: (break_index(batches[1], deferred)(memory),
+                                             break_index(batches[0], own)(memory))}[broken]
+    expected = {
+        "deferred_index": (ErrorCode.INDEX_OUT_OF_RANGE, 1, 1, deferred),
+        "deferred_offsets": (ErrorCode.OFFSETS_DECREASING, 0, 2, 2),
+        "both_indices": (ErrorCode.INDEX_OUT_OF_RANGE, 1, 2, own),
+    }[broken]
+    steps = [(command(Opcode.LOOKUP, 0, batches[0], bags, 2, "output"), 1),
+             (command(Opcode.LOOKUP, 1, batches[1], bags, 2, "output"), 1),
+             (command(Opcode.UPDATE, 0, batches[0], bags, 2, "gradient"), 1)]
+    statuses, _ = run(EmbeddingEngine(**PARAMS, max_unique_rows=4), image, steps,
+                      descriptors=case.descriptors, patches={2: patch})
+    assert [s.error for s in statuses[:2]] == [ErrorCode.NONE, ErrorCode.NONE]
+    status = statuses[2]
+    assert (status.error, status.table, status.bag, status.position) == expected
+    assert bytes(image[0x1000:0x4000]) == tables_before   # no row written
 
 
 @pytest.mark.parametrize(("correction_bags", "contexts", "bags", "max_bag", "queue_depth"), [
