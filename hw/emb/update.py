@@ -602,7 +602,6 @@ class UpdateEngine(wiring.Component):
         # or a correction starts, only once they are known good. Its errors are reported
         # after the command's own validation errors, as if the two ran one after the other.
         validating_deferred = Signal()
-        deferred_invalid = Const(0)
         if relaxed:
             checking_deferred_indices = Signal()
             deferred_invalid = validating_deferred & deferred_walk_failed
@@ -686,9 +685,10 @@ class UpdateEngine(wiring.Component):
                 with m.Elif(walk_failed):  # only if memory changed since the validation
                     record(walker.status)
                     m.next = "Drain"
-                with m.Elif(deferred_invalid):
-                    record(deferred_walker.status)
-                    m.next = "Drain"
+                if relaxed:
+                    with m.Elif(deferred_invalid):
+                        record(deferred_walker.status)
+                        m.next = "Drain"
                 with m.Elif(unique.full):
                     m.next = "Chunk-Settle"
                 with m.Elif(walk_finished & ~unique.i.valid):
@@ -698,9 +698,10 @@ class UpdateEngine(wiring.Component):
             with m.State("Chunk-Settle"):
                 with m.If(bus_error):
                     m.next = "Drain"
-                with m.Elif(deferred_invalid):
-                    record(deferred_walker.status)
-                    m.next = "Drain"
+                if relaxed:
+                    with m.Elif(deferred_invalid):
+                        record(deferred_walker.status)
+                        m.next = "Drain"
                 with m.Elif(~unique.o.valid & datapath.accumulate_idle):
                     with m.If((unique.count == 0) & correcting):
                         if relaxed:
@@ -715,9 +716,10 @@ class UpdateEngine(wiring.Component):
                 # previous chunk has completed.
                 with m.If(bus_error):
                     m.next = "Drain"
-                with m.Elif(deferred_invalid):
-                    record(deferred_walker.status)
-                    m.next = "Drain"
+                if relaxed:
+                    with m.Elif(deferred_invalid):
+                        record(deferred_walker.status)
+                        m.next = "Drain"
                 with m.Elif(writes_settled & ~validating_deferred):
                     m.d.comb += row_fetch.start.eq(1)
                     m.next = "Apply"
@@ -743,9 +745,10 @@ class UpdateEngine(wiring.Component):
                     # this one: every write completes first.
                     with m.If(bus_error):
                         m.next = "Drain"
-                    with m.Elif(deferred_invalid):
-                        record(deferred_walker.status)
-                        m.next = "Drain"
+                    if relaxed:
+                        with m.Elif(deferred_invalid):
+                            record(deferred_walker.status)
+                            m.next = "Drain"
                     with m.Elif((writes_settled | ~corrector.spilled) & ~validating_deferred):
                         start_deferred_walk(WalkMode.UPDATE)
                         m.d.comb += corrector.start.eq(1)
