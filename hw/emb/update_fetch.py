@@ -59,19 +59,20 @@ class GradientFetch(wiring.Component):
         held = Signal()
         line = Signal.like(current.lines)
         last = line + 1 == current.lines
+        o_free = ~self.o.valid | self.o.ready
+        asked = self.request.valid & self.request.ready
 
         m.d.comb += [
-            self.i.ready.eq(~held),
+            # The next occurrence comes in with the last request of this one: a line per cycle.
+            self.i.ready.eq(~held | (last & asked)),
             # The last request also hands the occurrence on, so it waits for room there.
-            self.request.valid.eq(held & (~last | ~self.o.valid)),
+            self.request.valid.eq(held & (~last | o_free)),
             self.request.payload.eq(current.gradient + line),
             self.idle.eq(~held & ~self.o.valid),
         ]
-        with m.If(self.i.valid & self.i.ready):
-            m.d.sync += [current.eq(self.i.payload), held.eq(1), line.eq(0)]
         with m.If(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
-        with m.If(self.request.valid & self.request.ready):
+        with m.If(asked):
             with m.If(last):
                 m.d.sync += [
                     held.eq(0),
@@ -83,6 +84,8 @@ class GradientFetch(wiring.Component):
                 ]
             with m.Else():
                 m.d.sync += line.eq(line + 1)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [current.eq(self.i.payload), held.eq(1), line.eq(0)]
         return m
 
 
@@ -138,14 +141,18 @@ class RowFetch(wiring.Component):
             contexts.r_en.eq(self.context.ready),
         ]
 
+        # Three stages, so the next row's key and address are ready while this row's lines go
+        # out (a line per cycle): the key of slot ``next_slot`` -> ``keyed`` (table, row) ->
+        # ``issuing`` (first line and line count) -> a request per line.
         count = Signal.like(self.count)
-        slot = Signal(range(self._capacity))
-        table = Signal(self._table_width)
-        row = Signal(32)
-        first_line = Signal.like(self.request.payload)
+        running = Signal()
+        next_slot = Signal(range(self._capacity + 1))
+        keyed = Signal(data.StructLayout({
+            "valid": 1, "slot": range(self._capacity), "table": self._table_width, "row": 32}))
+        current = Signal(data.StructLayout({
+            "valid": 1, "slot": range(self._capacity), "first_line": len(self.request.payload),
+            "lines": self._line_width}))
         line = Signal(self._line_width)
-        descriptor = self.descriptors[table]
-        lines = descriptor.dim >> 4
 
         # Lines asked for and not yet taken from ``context`` (the FIFO shows a new entry only a
         # cycle or two after it is written, so its ``valid`` alone cannot say "all taken").
@@ -153,48 +160,48 @@ class RowFetch(wiring.Component):
         asked = self.request.valid & self.request.ready
         taken = self.context.valid & self.context.ready
         m.d.sync += pending.eq(pending + asked - taken)
-        issuing = Signal()
-        m.d.comb += [self.key_slot.eq(slot), self.busy.eq(issuing | (pending != 0))]
-        with m.FSM():
-            with m.State("Idle"):
-                with m.If(self.start & (self.count != 0)):
-                    m.d.sync += [count.eq(self.count), slot.eq(0)]
-                    m.next = "Key"
+        m.d.comb += [
+            self.key_slot.eq(next_slot),
+            self.busy.eq(running | keyed.valid | current.valid | (pending != 0)),
+            self.request.valid.eq(current.valid & contexts.w_rdy),
+            self.request.payload.eq(current.first_line + line),
+        ]
+        context = Signal(self._context)
+        m.d.comb += [
+            context.slot.eq(current.slot),
+            context.line.eq(line),
+            context.address.eq(current.first_line + line),
+            contexts.w_data.eq(context),
+            contexts.w_en.eq(asked),
+        ]
+        issue_free = ~current.valid | (asked & (line + 1 == current.lines))
+        keyed_moves = keyed.valid & issue_free
+        key_free = ~keyed.valid | keyed_moves
+        key_go = running & (next_slot != count) & key_free
 
-            with m.State("Key"):
-                m.d.comb += [issuing.eq(1), self.row_started.eq(1)]
-                m.d.sync += [table.eq(self.key.table), row.eq(self.key.row)]
-                m.next = "Address"
-
-            with m.State("Address"):
-                m.d.comb += issuing.eq(1)
-                m.d.sync += [
-                    first_line.eq((descriptor.base >> 6) + row * lines),
-                    line.eq(0),
-                ]
-                m.next = "Lines"
-
-            with m.State("Lines"):
-                m.d.comb += [
-                    issuing.eq(1),
-                    self.request.valid.eq(contexts.w_rdy),
-                    self.request.payload.eq(first_line + line),
-                ]
-                context = Signal(self._context)
-                m.d.comb += [
-                    context.slot.eq(slot),
-                    context.line.eq(line),
-                    context.address.eq(first_line + line),
-                    contexts.w_data.eq(context),
-                    contexts.w_en.eq(self.request.valid & self.request.ready),
-                ]
-                with m.If(self.request.valid & self.request.ready):
-                    with m.If(line + 1 == lines):
-                        with m.If(slot + 1 == count):
-                            m.next = "Idle"
-                        with m.Else():
-                            m.d.sync += slot.eq(slot + 1)
-                            m.next = "Key"
-                    with m.Else():
-                        m.d.sync += line.eq(line + 1)
+        with m.If(asked):
+            m.d.sync += line.eq(line + 1)
+        with m.If(issue_free):
+            m.d.sync += current.valid.eq(0)
+        with m.If(keyed_moves):
+            descriptor = self.descriptors[keyed.table]
+            lines = descriptor.dim >> 4
+            m.d.sync += [
+                current.valid.eq(1),
+                current.slot.eq(keyed.slot),
+                current.first_line.eq((descriptor.base >> 6) + keyed.row * lines),
+                current.lines.eq(lines),
+                line.eq(0),
+            ]
+        with m.If(keyed_moves):
+            m.d.sync += keyed.valid.eq(0)
+        with m.If(key_go):
+            m.d.comb += self.row_started.eq(1)
+            m.d.sync += [keyed.valid.eq(1), keyed.slot.eq(next_slot),
+                         keyed.table.eq(self.key.table), keyed.row.eq(self.key.row),
+                         next_slot.eq(next_slot + 1)]
+        with m.If(running & (next_slot == count)):
+            m.d.sync += running.eq(0)
+        with m.If(self.start & (self.count != 0)):
+            m.d.sync += [count.eq(self.count), next_slot.eq(0), running.eq(1)]
         return m

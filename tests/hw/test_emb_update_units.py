@@ -6,10 +6,12 @@ import random
 import numpy as np
 import pytest
 from amaranth.hdl import Module
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.sim import Simulator
 
+from hw.emb.layouts import table_layout
 from hw.emb.update_datapath import CorrectionKind, UpdateDatapath
+from hw.emb.update_fetch import GradientFetch, RowFetch
 from hw.emb.update_reads import ReadRouter, WordReader
 from hw.emb.update_reciprocal import Reciprocal, reciprocal_bits
 from hw.emb.update_rows import UniqueRows
@@ -543,3 +545,90 @@ def test_datapath_apply_keeps_deltas_at_its_rate(delta_lanes):
                               expected_bags[line].view(np.uint32))
     span = taken_at[-1] - taken_at[0]
     assert span == (lines - 1 if delta_lanes else 2 * lines - dut.add_latency - 2), taken_at
+
+
+# ---------------------------------------------------------------------------- fetch
+
+
+def test_gradient_fetch_asks_a_line_per_cycle_across_occurrences():
+    """Back to back occurrences of two lines: a gradient read every cycle (the next occurrence
+    comes in with the last read of the one before), and the occurrences handed on in order."""
+    dut = GradientFetch(table_width=2, line_width=3, line_address_width=16)
+    occurrences = [{"table": k % 3, "row": 100 + k, "scale": 7 * k, "lines": 2,
+                    "gradient": 40 * k} for k in range(12)]
+    asked, handed = [], []
+
+    async def feed(ctx):
+        for occurrence in occurrences:
+            ctx.set(dut.i.payload, occurrence)
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+
+    async def watch(ctx):
+        ctx.set(dut.request.ready, 1)
+        ctx.set(dut.o.ready, 1)
+        cycle = 0
+        while len(handed) < len(occurrences):
+            _, _, request_valid, request, o_valid, o = await ctx.tick().sample(
+                dut.request.valid, dut.request.payload, dut.o.valid, dut.o.payload)
+            cycle += 1
+            if request_valid:
+                asked.append((cycle, request))
+            if o_valid:
+                handed.append((o.table, o.row, o.data.scale, o.data.lines))
+
+    simulate(dut, feed, watch, deadline=500)
+    assert [address for _, address in asked] == [40 * k + line for k in range(12)
+                                                 for line in range(2)]
+    cycles = [cycle for cycle, _ in asked]
+    assert cycles[-1] - cycles[0] == len(cycles) - 1, cycles
+    assert handed == [(o["table"], o["row"], o["scale"], 2) for o in occurrences]
+
+
+def test_row_fetch_asks_a_line_per_cycle_across_rows():
+    """The next row's key and address are ready while this row's lines go out: one read per
+    cycle over rows of two and four lines, with each read's slot, line and address in order."""
+    capacity = 8
+    keys = [(0, 3), (1, 2), (0, 9), (1, 0), (1, 5), (0, 1)]
+    tables = [{"base": 0x1000, "rows": 16, "dim": 32, "mode": 0},
+              {"base": 0x8000, "rows": 16, "dim": 64, "mode": 0}]
+    fetch = RowFetch(capacity=capacity, max_tables=2, table_width=1, line_width=3,
+                     addr_width=20, context_depth=16)
+    m = Module()
+    m.submodules.fetch = fetch
+    with m.Switch(fetch.key_slot):
+        for slot, (table, row) in enumerate(keys):
+            with m.Case(slot):
+                m.d.comb += [fetch.key.table.eq(table), fetch.key.row.eq(row)]
+    descriptors = data.ArrayLayout(table_layout(20), 2).const(tables)
+    expected = [(slot, line, (tables[table]["base"] >> 6) + row * (tables[table]["dim"] >> 4)
+                 + line)
+                for slot, (table, row) in enumerate(keys)
+                for line in range(tables[table]["dim"] >> 4)]
+    asked, contexts = [], []
+
+    async def bench(ctx):
+        ctx.set(fetch.descriptors, descriptors)
+        ctx.set(fetch.request.ready, 1)
+        ctx.set(fetch.context.ready, 1)
+        ctx.set(fetch.count, len(keys))
+        ctx.set(fetch.start, 1)
+        await ctx.tick()
+        ctx.set(fetch.start, 0)
+        cycle = 0
+        while len(contexts) < len(expected) or ctx.get(fetch.busy):
+            _, _, request_valid, request, context_valid, context = await ctx.tick().sample(
+                fetch.request.valid, fetch.request.payload, fetch.context.valid,
+                fetch.context.payload)
+            cycle += 1
+            if request_valid:
+                asked.append((cycle, request))
+            if context_valid:
+                contexts.append((context.slot, context.line, context.address))
+
+    simulate(m, bench, deadline=500)
+    assert contexts == expected
+    assert [address for _, address in asked] == [address for *_, address in expected]
+    cycles = [cycle for cycle, _ in asked]
+    assert cycles[-1] - cycles[0] == len(cycles) - 1, cycles
