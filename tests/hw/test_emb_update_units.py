@@ -39,6 +39,15 @@ def simulate(dut, *testbenches, processes=(), deadline=100_000):
     assert len(finished) == len(testbenches), "a testbench did not finish: the design hangs"
 
 
+async def send(ctx, port, payloads):
+    """Offer ``payloads`` on stream ``port`` back to back, each until it is taken."""
+    for payload in payloads:
+        ctx.set(port.payload, payload)
+        ctx.set(port.valid, 1)
+        await ctx.tick().until(port.ready)
+    ctx.set(port.valid, 0)
+
+
 def numpy_reciprocal(length):
     return int((np.float32(1) / np.float32(length)).view(np.uint32))
 
@@ -312,11 +321,7 @@ def test_router_flags_error_responses():
     errors, got = [], []
 
     async def requests(ctx):
-        for address in range(5, 10):
-            ctx.set(router.only_request.payload, address)
-            ctx.set(router.only_request.valid, 1)
-            await ctx.tick().until(router.only_request.ready)
-        ctx.set(router.only_request.valid, 0)
+        await send(ctx, router.only_request, range(5, 10))
 
     async def responses(ctx):
         ctx.set(router.only_response.ready, 1)
@@ -352,12 +357,8 @@ def test_write_queue_orders_channels_and_counts_completions():
     awaiting_b = []
 
     async def producer(ctx):
-        for address, value in entries:
-            ctx.set(dut.i.payload.address, address)
-            ctx.set(dut.i.payload.data, value)
-            ctx.set(dut.i.valid, 1)
-            await ctx.tick().until(dut.i.ready)
-        ctx.set(dut.i.valid, 0)
+        await send(ctx, dut.i, [{"address": address, "data": value}
+                                for address, value in entries])
 
     async def memory(ctx):
         while True:
@@ -474,11 +475,7 @@ def test_datapath_apply_keeps_deltas_at_its_rate(delta_lanes):
     written = {}
 
     async def gradients(ctx):
-        for line in gradient:
-            ctx.set(dut.gradient.payload, _line_int(line))
-            ctx.set(dut.gradient.valid, 1)
-            await ctx.tick().until(dut.gradient.ready)
-        ctx.set(dut.gradient.valid, 0)
+        await send(ctx, dut.gradient, [_line_int(line) for line in gradient])
 
     async def collect(ctx):
         ctx.set(dut.writes.ready, 1)
@@ -490,12 +487,9 @@ def test_datapath_apply_keeps_deltas_at_its_rate(delta_lanes):
     async def testbench(ctx):
         ctx.set(dut.lr, int(lr.view(np.uint32)))
         ctx.set(dut.keep_deltas, 1)
-        for slot in range(capacity):
-            ctx.set(dut.accumulate.payload, {"slot": slot, "fresh": 1, "lines": lps,
-                                             "scale": int(np.float32(1).view(np.uint32))})
-            ctx.set(dut.accumulate.valid, 1)
-            await ctx.tick().until(dut.accumulate.ready)
-        ctx.set(dut.accumulate.valid, 0)
+        await send(ctx, dut.accumulate, [
+            {"slot": slot, "fresh": 1, "lines": lps, "scale": int(np.float32(1).view(np.uint32))}
+            for slot in range(capacity)])
         await ctx.tick().until(dut.accumulate_idle)
         cycle = 0
         for line in range(lines):
@@ -559,11 +553,7 @@ def test_gradient_fetch_asks_a_line_per_cycle_across_occurrences():
     asked, handed = [], []
 
     async def feed(ctx):
-        for occurrence in occurrences:
-            ctx.set(dut.i.payload, occurrence)
-            ctx.set(dut.i.valid, 1)
-            await ctx.tick().until(dut.i.ready)
-        ctx.set(dut.i.valid, 0)
+        await send(ctx, dut.i, occurrences)
 
     async def watch(ctx):
         ctx.set(dut.request.ready, 1)
