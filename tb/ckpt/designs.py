@@ -53,7 +53,7 @@ SYSTEM_4CH = Design("ckpt_system_4ch", "tb.ckpt.harness:CheckpointSystem", {
 #: on the first bag's queue while that bag's chain ran an adder latency per addition, so the
 #: contexts seldom worked at once. The apply's ``new - old`` has adder lanes of its own
 #: (``delta_lanes``): on the shared adder the apply took a row line every other cycle whenever a
-#: relaxed lookup waited, which on four channels cost UPDATE more than the correction itself.
+#: relaxed lookup waited (the README's trainingcxl table has what each of these cost).
 PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
     "max_tables": 32, "max_dim": 64, "num_regions": 2, "addr_width": 32, "id_width": 7,
     "outstanding_reads": 64, "index_buffer_depth": 8192, "offset_buffer_depth": 256,
