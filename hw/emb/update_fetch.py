@@ -143,7 +143,7 @@ class RowFetch(wiring.Component):
 
         # Three stages, so the next row's key and address are ready while this row's lines go
         # out (a line per cycle): the key of slot ``next_slot`` -> ``keyed`` (table, row) ->
-        # ``issuing`` (first line and line count) -> a request per line.
+        # ``current`` (first line and line count) -> a request per line.
         count = Signal.like(self.count)
         running = Signal()
         next_slot = Signal(range(self._capacity + 1))
@@ -192,9 +192,8 @@ class RowFetch(wiring.Component):
                 current.first_line.eq((descriptor.base >> 6) + keyed.row * lines),
                 current.lines.eq(lines),
                 line.eq(0),
+                keyed.valid.eq(0),
             ]
-        with m.If(keyed_moves):
-            m.d.sync += keyed.valid.eq(0)
         with m.If(key_go):
             m.d.comb += self.row_started.eq(1)
             m.d.sync += [keyed.valid.eq(1), keyed.slot.eq(next_slot),
