@@ -65,10 +65,8 @@ class CheckpointSystem(wiring.Component):
 
     def __init__(self, *, memory_lines=8192, pending_beats=64, log_buffer_depth=64,
                  dedup_entries=256, host_link=None, channels=1, reorder_depth=64, **engine):
-        self._engine = engine
         self._ckpt = dict(log_buffer_depth=log_buffer_depth, dedup_entries=dedup_entries)
         aw = engine.get("addr_width", 48)
-        self._aw = aw
         self._id_width = engine.get("id_width", 8)
         max_tables = engine.get("max_tables", 8)
         num_regions = engine.get("num_regions", 4)
