@@ -29,6 +29,7 @@ from .block_platform import HARNESS_BALLS, BlockPlatform
 from .build import (
     SUMMARY_FILE,
     add_nextpnr_extra_argument,
+    check_place_and_route,
     prepare_plan,
     run_ecp5_build,
     write_summary,
@@ -42,8 +43,6 @@ __all__ = ["BLOCKS", "Block", "get_block", "main", "measure_block", "prepare_blo
 
 DEFAULT_OUT = Path("build/synth/blocks")
 DEFAULT_TARGET_MHZ = 150.0
-#: nextpnr's routers (``None``: its default, router1).
-ROUTERS = (None, "router1", "router2")
 # The engines' control blocks fill 40-70% of the LUTs with 512-bit buses: router1 had not
 # finished the checkpoint engine after 30 min, router2 negotiates the congestion as a whole.
 _WIDE = "router2"
@@ -55,13 +54,15 @@ class Block:
 
     ``make`` returns a fresh :class:`wiring.Component` on every call (a component is elaborated
     once). ``technique`` forces a harness technique; ``None`` picks ``pins`` when the block's
-    port bits fit the package and ``shift-chain`` otherwise. ``router`` is nextpnr's router
-    (``None``: its default, router1).
+    port bits fit the package and ``shift-chain`` otherwise. ``placer`` and ``router`` are
+    nextpnr's (:data:`boards.build.PLACERS`, :data:`boards.build.ROUTERS`; ``None``: its
+    defaults, heap and router1).
     """
     name: str
     description: str
     make: object
     technique: Technique | None = None
+    placer: str | None = None
     router: str | None = None
 
     def __post_init__(self):
@@ -71,9 +72,7 @@ class Block:
             raise TypeError(f"Block factory must be callable, not {self.make!r}")
         if self.technique is not None and not isinstance(self.technique, Technique):
             raise TypeError(f"Technique must be a Technique or None, not {self.technique!r}")
-        if self.router not in ROUTERS:
-            raise ValueError(f"Router must be one of {', '.join(map(repr, ROUTERS))}, not "
-                             f"{self.router!r}")
+        check_place_and_route(self.placer, self.router)
 
 
 # The factories import hw.fp lazily: the registry itself must import without the RTL.
@@ -176,8 +175,9 @@ def measure_block(block, *, out_dir=DEFAULT_OUT, clock_frequency=DEFAULT_TARGET_
     harness, platform, facts = prepare_block(block, clock_frequency=clock_frequency)
     extra = {"nextpnr_extra": list(nextpnr_extra)} if nextpnr_extra else {}
     return run_ecp5_build(platform, harness, build_dir=Path(out_dir) / block.name,
-                          extra_summary={**facts, "router": block.router or "router1", **extra},
-                          router=block.router, nextpnr_extra=nextpnr_extra)
+                          extra_summary={**facts, "placer": block.placer or "heap",
+                                         "router": block.router or "router1", **extra},
+                          placer=block.placer, router=block.router, nextpnr_extra=nextpnr_extra)
 
 
 def _update_combined(out_dir, summaries):
@@ -222,7 +222,7 @@ def main(argv=None):
             block = get_block(name)
             harness, platform, facts = prepare_block(block, clock_frequency=clock_frequency)
             build_dir = args.out / name
-            prepare_plan(platform, harness, router=block.router,
+            prepare_plan(platform, harness, placer=block.placer, router=block.router,
                          nextpnr_extra=args.nextpnr_extra).extract(str(build_dir))
             print(f"{name}: {facts['technique']} harness, build files in {build_dir}")
         return 0

@@ -20,9 +20,9 @@ from pathlib import Path
 from .nextpnr_report import load_report, summarise_report
 from .toolchain import open_toolchain_env, using_open_toolchain
 
-__all__ = ["REPORT_FILE", "STAT_FILE", "SUMMARY_FILE", "block_ram_script", "ecp5_capacity",
-           "memories", "prepare_plan", "run_ecp5_build", "run_ecp5_synthesis", "source_revision",
-           "synthesis_utilization", "write_summary"]
+__all__ = ["PLACERS", "REPORT_FILE", "ROUTERS", "STAT_FILE", "SUMMARY_FILE", "block_ram_script",
+           "check_place_and_route", "ecp5_capacity", "memories", "prepare_plan", "run_ecp5_build",
+           "run_ecp5_synthesis", "source_revision", "synthesis_utilization", "write_summary"]
 
 
 REPORT_FILE = "report.json"
@@ -36,27 +36,44 @@ _ECP5_SIZES = {"12": (12_096, 32, 28), "25": (24_288, 56, 28), "45": (43_848, 10
 
 _NEXTPNR_OPTS = f"--report {REPORT_FILE} --timing-allow-fail"
 
+#: nextpnr-ecp5's placers and routers (``None``: its default, heap and router1).
+PLACERS = (None, "heap", "sa", "static")
+ROUTERS = (None, "router1", "router2")
+
+
+def check_place_and_route(placer, router):
+    """Raise ``ValueError`` unless ``placer`` and ``router`` are among nextpnr's."""
+    for kind, value, choices in (("Placer", placer, PLACERS), ("Router", router, ROUTERS)):
+        if value not in choices:
+            raise ValueError(f"{kind} must be one of {', '.join(map(repr, choices))}, not "
+                             f"{value!r}")
+
 
 def prepare_plan(platform, top, *, name="top", block_ram_min_width=None,
-                 undefined_collisions=False, router=None, nextpnr_extra=(), **overrides):
+                 block_ram_min_depth=3, undefined_collisions=False, placer=None, router=None,
+                 nextpnr_extra=(), **overrides):
     """``platform.build(top, do_build=False)`` with the open toolchain selected.
 
-    For ECP5 platforms the nextpnr report options are added (and ``--router router``, then
-    the arguments in ``nextpnr_extra``, such as ``("--placer-heap-beta", "0.7")``), and
-    with ``block_ram_min_width`` the Yosys script puts written memories at least that wide
-    (and 3 words deep) in block RAM (:func:`block_ram_script`, which also explains
-    ``undefined_collisions``; the design is then elaborated twice). ``overrides`` are passed
-    on to Amaranth's template overrides.
+    For ECP5 platforms the nextpnr report options are added (and ``--placer placer``,
+    ``--router router`` (:data:`PLACERS`, :data:`ROUTERS`), then the arguments in
+    ``nextpnr_extra``, such as ``("--placer-heap-beta", "0.7")``), and with
+    ``block_ram_min_width`` the Yosys script puts written memories at least that wide and
+    ``block_ram_min_depth`` words deep in block RAM (:func:`block_ram_script`, which also
+    explains ``undefined_collisions``; the design is then elaborated twice). ``overrides``
+    are passed on to Amaranth's template overrides.
     """
+    check_place_and_route(placer, router)
     if getattr(platform, "family", None) == "ecp5":
-        options = [_NEXTPNR_OPTS, *([] if router is None else ["--router", router]),
+        options = [_NEXTPNR_OPTS, *([] if placer is None else ["--placer", placer]),
+                   *([] if router is None else ["--router", router]),
                    *map(shlex.quote, nextpnr_extra)]
         overrides.setdefault("nextpnr_opts", " ".join(options))
         if block_ram_min_width is not None:
             # A platform prepares once; the first pass uses a copy.
             rtlil = prepare_plan(copy.deepcopy(platform), top, name=name).files[f"{name}.il"]
             overrides["script_after_read"] = block_ram_script(
-                rtlil, min_width=block_ram_min_width, undefined_collisions=undefined_collisions)
+                rtlil, min_width=block_ram_min_width, min_depth=block_ram_min_depth,
+                undefined_collisions=undefined_collisions)
     with using_open_toolchain():
         return platform.build(top, name=name, do_build=False, **overrides)
 
@@ -178,7 +195,8 @@ def _build_facts(platform, seconds):
 
 
 def run_ecp5_synthesis(platform, top, *, build_dir, name="top", extra_summary=None,
-                       block_ram_min_width=None, undefined_collisions=False):
+                       block_ram_min_width=None, block_ram_min_depth=3,
+                       undefined_collisions=False):
     """Synthesize ``top`` for ``platform`` with Yosys alone (minutes, where place and route
     of a large design takes an hour or more) and summarise its cell counts.
 
@@ -189,6 +207,7 @@ def run_ecp5_synthesis(platform, top, *, build_dir, name="top", extra_summary=No
     _check_ecp5(platform)
     build_dir = Path(build_dir)
     plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width,
+                        block_ram_min_depth=block_ram_min_depth,
                         undefined_collisions=undefined_collisions,
                         script_after_synth=f"tee -q -o {STAT_FILE} stat -json")
     plan.extract(str(build_dir))
@@ -229,11 +248,11 @@ def _make_heatmap_directory(build_dir, nextpnr_extra):
 
 
 def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
-                   block_ram_min_width=None, undefined_collisions=False, router=None,
-                   nextpnr_extra=()):
+                   block_ram_min_width=None, block_ram_min_depth=3,
+                   undefined_collisions=False, placer=None, router=None, nextpnr_extra=()):
     """Build ``top`` for ``platform`` in ``build_dir`` and summarise nextpnr's report
-    (``block_ram_min_width``, ``undefined_collisions``, ``router``, ``nextpnr_extra``: see
-    :func:`prepare_plan`).
+    (``block_ram_min_width``, ``block_ram_min_depth``, ``undefined_collisions``, ``placer``,
+    ``router``, ``nextpnr_extra``: see :func:`prepare_plan`).
 
     Returns the summary (also written to ``build_dir/summary.json``): the fields of
     :func:`boards.nextpnr_report.summarise_report`, the device, the build's wall-clock
@@ -242,8 +261,9 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
     _check_ecp5(platform)
     build_dir = Path(build_dir)
     plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width,
-                        undefined_collisions=undefined_collisions, router=router,
-                        nextpnr_extra=nextpnr_extra)
+                        block_ram_min_depth=block_ram_min_depth,
+                        undefined_collisions=undefined_collisions, placer=placer,
+                        router=router, nextpnr_extra=nextpnr_extra)
     _make_heatmap_directory(build_dir, nextpnr_extra)
     started = time.monotonic()
     plan.execute_local(str(build_dir), env=open_toolchain_env())

@@ -91,13 +91,17 @@ DESIGNS = {"emb": make_emb_top, "fp": make_bist_top}
 # Which command-line options each design takes.
 _DESIGN_OPTIONS = {"emb": ("seed", "clock_mhz", "engine"),
                    "fp": ("lanes", "vectors", "seed", "clock_mhz")}
-# Build options per design: the engine's 512-bit FIFOs and buffers go to block RAM, or their
-# LUT RAM alone would take about 10k of the 85F's 84k LUTs. None of them reads a word in the
-# cycle it is written (Amaranth's FIFOs; the reorder buffer reads a slot after it is complete;
-# the gradient buffer's hazard window; AxiBram's managers wait for B before reading a line
-# back), so no bypass logic is needed (boards.build.block_ram_script). At close to 90% of
-# the LUTs nextpnr's default router takes hours; router2 does not.
-_BUILD_OPTIONS = {"emb": {"block_ram_min_width": 256, "undefined_collisions": True,
+# Build options per design. Only the emb design's deep 512-bit memory (the memory standing in
+# for PMEM) goes to block RAM; its FIFOs and buffers (at most 16 lines) stay in LUT RAM. In
+# block RAM each took 15 DP16KD, strung along a row of the die, with its 512-bit buses
+# routed out to all of them: with both engines (139 DP16KD) router2 did not converge; in LUT
+# RAM (19 DP16KD; 5,400 more LUT4 and 2,600 more FF) the design routes. The memory is never
+# read at the line being written (AxiBram's managers wait for B before reading a line back),
+# so no bypass logic is needed (boards.build.block_ram_script). nextpnr's static placer
+# spreads the cells by density, where its heap placer left hot spots router2 could not clear;
+# at close to 90% of the LUTs its default router takes hours, router2 does not.
+_BUILD_OPTIONS = {"emb": {"block_ram_min_width": 256, "block_ram_min_depth": 17,
+                          "undefined_collisions": True, "placer": "static",
                           "router": "router2"},
                   "fp": {}}
 
@@ -182,7 +186,7 @@ def main(argv=None):
         return 2
     if args.synth_only:
         options = {key: value for key, value in _BUILD_OPTIONS[args.design].items()
-                   if key != "router"}
+                   if key not in ("placer", "router")}
         _print_summary(run_ecp5_synthesis(platform, top, build_dir=out_dir,
                                           extra_summary={**facts, "built": False},
                                           **options))

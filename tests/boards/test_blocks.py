@@ -40,6 +40,9 @@ def test_block_is_validated():
     with pytest.raises(ValueError, match=r"^Router must be one of None, 'router1', 'router2', "
                                          r"not 'router3'$"):
         Block("x", "", Doubler, router="router3")
+    with pytest.raises(ValueError, match=r"^Placer must be one of None, 'heap', 'sa', 'static', "
+                                         r"not 'electrostatic'$"):
+        Block("x", "", Doubler, placer="electrostatic")
     with pytest.raises(TypeError, match=r"^Factory of block 'x' returned 1, not a "
                                         r"wiring.Component$"):
         prepare_block(Block("x", "", lambda: 1))
@@ -79,13 +82,15 @@ def test_cli_no_build_writes_build_files(tmp_path, capsys):
     assert "fp_add: pins harness" in capsys.readouterr().out
 
 
-def test_cli_no_build_passes_the_blocks_router(tmp_path, monkeypatch):
+def test_cli_no_build_passes_the_blocks_placer_and_router(tmp_path, monkeypatch):
     monkeypatch.setitem(blocks.BLOCKS, "doubler", Block("doubler", "", Doubler,
-                                                        router="router2"))
+                                                        placer="static", router="router2"))
     assert blocks.main(["--block", "fp_add", "--block", "doubler", "--out", str(tmp_path),
                         "--no-build"]) == 0
-    assert "--router" not in (tmp_path / "fp_add" / "build_top.sh").read_text()
-    assert "--router router2" in (tmp_path / "doubler" / "build_top.sh").read_text()
+    default = (tmp_path / "fp_add" / "build_top.sh").read_text()
+    assert "--router" not in default and "--placer" not in default
+    assert ("--timing-allow-fail --placer static --router router2"
+            in (tmp_path / "doubler" / "build_top.sh").read_text())
 
 
 def test_cli_no_build_passes_nextpnr_extra(tmp_path):

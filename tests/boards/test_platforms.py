@@ -130,6 +130,8 @@ def test_emb_engine_option_names_the_dut_engines(tmp_path, capsys):
     board_dir = tmp_path / "ulx3s-85f"
     summary = json.loads((board_dir / "summary.json").read_text())
     assert summary["design"] == "emb" and summary["engine"] == "lookup"
+    # The emb design's nextpnr options (boards.synth._BUILD_OPTIONS): it routes with them.
+    assert "--placer static --router router2" in (board_dir / "build_top.sh").read_text()
     # The lookup engine is the device's engine itself, and its check the only one.
     modules = {line.split()[1] for line in (board_dir / "top.il").read_text().splitlines()
                if line.startswith("module ")}
