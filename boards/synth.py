@@ -191,9 +191,12 @@ def main(argv=None):
                                           extra_summary={**facts, "built": False},
                                           **options))
         return 0
+    build_options = _BUILD_OPTIONS[args.design]
+    nextpnr = {"placer": build_options.get("placer") or "heap",
+               "router": build_options.get("router") or "router1"}
     summary = run_ecp5_build(platform, top, build_dir=out_dir,
-                             extra_summary={**facts, "built": True},
-                             **_BUILD_OPTIONS[args.design], nextpnr_extra=args.nextpnr_extra)
+                             extra_summary={**facts, **nextpnr, "built": True},
+                             **build_options, nextpnr_extra=args.nextpnr_extra)
     _print_summary(summary)
     if not summary["timing_met"] and not args.allow_timing_fail:
         print("error: timing not met (see report.json); --allow-timing-fail accepts it",

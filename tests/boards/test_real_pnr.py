@@ -23,6 +23,7 @@ def test_ulx3s_bist_places_routes_and_meets_25_mhz(tmp_path):
     board_dir = tmp_path / "ulx3s-85f"
     summary = json.loads((board_dir / "summary.json").read_text())
     assert summary["timing_met"] is True
+    assert (summary["placer"], summary["router"]) == ("heap", "router1")  # nextpnr's defaults
     (clock, fmax), = summary["fmax_mhz"].items()
     assert summary["target_mhz"][clock] == 25.0 and fmax >= 25.0
     utilization = summary["utilization"]
