@@ -175,8 +175,7 @@ def measure_block(block, *, out_dir=DEFAULT_OUT, clock_frequency=DEFAULT_TARGET_
     harness, platform, facts = prepare_block(block, clock_frequency=clock_frequency)
     extra = {"nextpnr_extra": list(nextpnr_extra)} if nextpnr_extra else {}
     return run_ecp5_build(platform, harness, build_dir=Path(out_dir) / block.name,
-                          extra_summary={**facts, "placer": block.placer or "heap",
-                                         "router": block.router or "router1", **extra},
+                          extra_summary={**facts, **extra},
                           placer=block.placer, router=block.router, nextpnr_extra=nextpnr_extra)
 
 

@@ -255,7 +255,8 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
     ``router``, ``nextpnr_extra``: see :func:`prepare_plan`).
 
     Returns the summary (also written to ``build_dir/summary.json``): the fields of
-    :func:`boards.nextpnr_report.summarise_report`, the device, the build's wall-clock
+    :func:`boards.nextpnr_report.summarise_report`, the placer and router, the device, the
+    build's wall-clock
     seconds, the paths of the report and the bitstream, and ``extra_summary``.
     """
     _check_ecp5(platform)
@@ -272,6 +273,8 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
     summary = summarise_report(load_report(build_dir / REPORT_FILE))
     summary.update({
         **_build_facts(platform, seconds),
+        "placer": placer or "heap",   # nextpnr's defaults
+        "router": router or "router1",
         "report": str(build_dir / REPORT_FILE),
         "bitstream": str(build_dir / f"{name}.bit"),
     })
