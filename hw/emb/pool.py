@@ -12,6 +12,11 @@ has not written it back yet (the issuer interleaves bags so that this rarely hap
 multiplier is valid-only; ``x * 1.0`` is exact, so unweighted rows use it too, and MEAN's
 final ``sum * (1/L)`` reuses it instead of needing a second one. ``sum * f + (-0.0)`` is
 ``sum * f`` bit for bit, which lets SCALE share the adder as well.
+
+With ``registered_accumulator_read`` the adder's accumulator operand is read a cycle earlier
+and held in a register, so the accumulators' read address (one register fanned out to every
+LUT RAM of a 512-bit line on an FPGA) does not also drive the adder's first stage; the price
+is one more cycle in that wait.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
@@ -50,10 +55,14 @@ class Pooler(wiring.Component):
     mul_lanes, add_lanes : ``In(fp_lanes_signature(op=..., lanes=16))``
         Only with ``shared_lanes``: the 16-lane multiplier and adder, built elsewhere with
         ``mul_stages`` and ``add_stages`` (see :class:`~hw.emb.engine.EmbeddingEngine`).
+
+    ``registered_accumulator_read`` (default False): see the module docstring; it needs
+    ``mul_stages >= 2``.
     """
 
     def __init__(self, *, op_layout, slot_bits, line_bits, line_addr_width, out_depth,
-                 add_stages=None, mul_stages=None, shared_lanes=False):
+                 add_stages=None, mul_stages=None, shared_lanes=False,
+                 registered_accumulator_read=False):
         self._op_layout = op_layout
         self._slot_bits = slot_bits
         self._line_bits = line_bits
@@ -65,6 +74,8 @@ class Pooler(wiring.Component):
         if self._mul_stages < 1:
             raise ValueError("The pooling multiplier needs at least one pipeline stage")
         self._shared_lanes = bool(shared_lanes)
+        # (Validated by LookupEngine.check_parameters, as the stages are.)
+        self._registered_read = bool(registered_accumulator_read)
         lanes = {}
         if self._shared_lanes:
             lanes = {"mul_lanes": In(fp_lanes_signature(op="mul", lanes=LANES)),
@@ -82,6 +93,12 @@ class Pooler(wiring.Component):
             "idle": Out(1),
             "error": Out(1),
         })
+
+    @property
+    def hazard_window(self):
+        """Cycles after an accumulating op's pop during which a ROW op on the same
+        accumulator line must wait (the adder's latency, plus one with a registered read)."""
+        return self._add_stages + self._registered_read
 
     @property
     def latency(self):
@@ -121,7 +138,7 @@ class Pooler(wiring.Component):
                            for k in range(depth)]
         here = address(op)
         conflict_late = Cat(history_valid[k] & (history_address[k] == here)
-                            for k in range(add_latency)).any()
+                            for k in range(self.hazard_window)).any()
         conflict_early = Cat(history_valid[k] & (history_address[k] == here)
                              for k in range(depth)).any()
         hazard = (((op.kind == OpKind.ROW) & ~op.first & conflict_late)
@@ -167,11 +184,17 @@ class Pooler(wiring.Component):
         ]
 
         middle = stage[mul_latency]
+        if self._registered_read:
+            accumulated = Signal(32 * LANES)
+            m.d.comb += acc_late.addr.eq(address(stage[mul_latency - 2]))
+            m.d.sync += accumulated.eq(acc_late.data)
+        else:
+            accumulated = acc_late.data
+            m.d.comb += acc_late.addr.eq(address(stage[mul_latency - 1]))
         m.d.comb += [
-            acc_late.addr.eq(address(stage[mul_latency - 1])),
             add.i.valid.eq(valid[mul_latency]),
             add.i.payload.a.eq(
-                Mux(middle.kind == OpKind.ROW, Mux(middle.first, 0, acc_late.data),
+                Mux(middle.kind == OpKind.ROW, Mux(middle.first, 0, accumulated),
                     Mux(middle.kind == OpKind.SCALE, _NEGATIVE_ZERO_LINE, 0))),
             add.i.payload.b.eq(mul.o.payload),
             add.i.payload.sub.eq(0),
