@@ -88,9 +88,9 @@ class EmbeddingEngine(wiring.Component):
         Float32 pipeline depths of both engines.
     mean_reciprocal : ``"pipelined"`` or ``"sequential"``
         The lookup's MEAN factor divider (:class:`~hw.emb.lookup.LookupEngine`).
-    registered_accumulator_read : bool
-        The lookup's pooler reads its accumulator operand a cycle early into a register
-        (:class:`~hw.emb.lookup.LookupEngine`; default False).
+    fpga_pipelining : bool
+        The lookup's registers for FPGA clock rates (:class:`~hw.emb.lookup.LookupEngine`;
+        default False).
     shared_lanes : bool
         One multiplier and one adder (16 lanes each) for both engines (default True), or a
         set each (False: the engines as they are alone).
@@ -128,7 +128,7 @@ class EmbeddingEngine(wiring.Component):
                  shared_lanes=True, update_write_buffer=None, relaxed_lookup=True,
                  correction_bags=None, correction_contexts=None, correction_queue_depth=None,
                  delta_lanes=None, mean_reciprocal="pipelined",
-                 registered_accumulator_read=False):
+                 fpga_pipelining=False):
         check_bool("Shared lanes", shared_lanes)
         check_bool("Relaxed lookup", relaxed_lookup)
         self._relaxed_lookup = relaxed_lookup
@@ -138,7 +138,7 @@ class EmbeddingEngine(wiring.Component):
             index_buffer_depth=index_buffer_depth, offset_buffer_depth=offset_buffer_depth,
             output_buffer_depth=output_buffer_depth, bag_slots=bag_slots,
             add_stages=add_stages, mul_stages=mul_stages, mean_reciprocal=mean_reciprocal,
-            registered_accumulator_read=registered_accumulator_read)
+            fpga_pipelining=fpga_pipelining)
         LookupEngine.check_parameters(**self._lookup_params)
         self._update_params = dict(
             max_tables=max_tables, max_dim=max_dim, num_regions=num_regions,

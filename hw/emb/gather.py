@@ -68,11 +68,17 @@ class GatherIssuer(wiring.Component):
         changed under a running command): the op is not issued.
     row_issued : ``Out(1)``
         Strobe per row (for the counters).
+
+    With ``registered_limits`` the issuer compares positions with the limits as they were a
+    cycle before (registers, cleared by ``start`` and ``stop``), so the windows' fill counters
+    do not also drive the slot choice. Both limits only grow while a pass runs, so an older
+    limit is a safe one; a row waits a cycle longer when its index has only just landed.
     """
 
     ROW_QUEUE_DEPTH = 4
 
-    def __init__(self, *, max_tables, max_dim, addr_width, bag_slots):
+    def __init__(self, *, max_tables, max_dim, addr_width, bag_slots, registered_limits=False):
+        self._registered_limits = bool(registered_limits)
         self._max_tables = max_tables
         self._max_lines = max_dim // LANES
         self._line_bits = max(1, ceil_log2(self._max_lines))
@@ -127,10 +133,16 @@ class GatherIssuer(wiring.Component):
         scale = per_slot("scale", 32)
 
         # --- choose a slot: round robin over the slots that can issue ------------------------
+        if self._registered_limits:
+            index_limit, weight_limit = Signal(32), Signal(32)
+            m.d.sync += [index_limit.eq(Mux(self.start | self.stop, 0, self.index_limit)),
+                         weight_limit.eq(Mux(self.start | self.stop, 0, self.weight_limit))]
+        else:
+            index_limit, weight_limit = self.index_limit, self.weight_limit
         ready = Signal(slots)
         for s in range(slots):
-            rows_ready = (position[s] < self.index_limit) & (
-                ~weighted[s] | (position[s] < self.weight_limit))
+            rows_ready = (position[s] < index_limit) & (
+                ~weighted[s] | (position[s] < weight_limit))
             m.d.comb += ready[s].eq(active[s] & (final[s] | rows_ready))
 
         row_queue = fifo.SyncFIFOBuffered(width=self._row_op_layout().size,

@@ -131,9 +131,12 @@ class LookupEngine(wiring.Component):
         builds where bags are long or MEAN is rare (:class:`~hw.emb.bags.BagSequencer`). In
         the ECP5 board synthesis the divider is 569 LUT4 and 178 FF instead of 2,927 and
         2,683.
-    registered_accumulator_read : bool
-        Hold the pooler's accumulator operand in a register (:mod:`hw.emb.pool`), for FPGA
-        builds where the accumulators are LUT RAM; needs a multiplier of at least two stages.
+    fpga_pipelining : bool
+        Registers that FPGA builds need in the control paths, at the price of a cycle in some
+        waits (results are the same): the pooler reads its accumulator operand a cycle early
+        into a register (:mod:`hw.emb.pool`; the accumulators are LUT RAM there), and the
+        issuer compares with the index and weight limits of the cycle before
+        (:class:`~hw.emb.gather.GatherIssuer`). Needs a multiplier of at least two stages.
         Default False.
 
     Members
@@ -162,7 +165,7 @@ class LookupEngine(wiring.Component):
     def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
                  outstanding_reads=128, index_buffer_depth=8192, offset_buffer_depth=2048,
                  output_buffer_depth=128, bag_slots=16, add_stages=None, mul_stages=None,
-                 mean_reciprocal="pipelined", registered_accumulator_read=False,
+                 mean_reciprocal="pipelined", fpga_pipelining=False,
                  shared_lanes=False):
         self.check_parameters(
             max_tables=max_tables, max_dim=max_dim, num_regions=num_regions,
@@ -170,9 +173,9 @@ class LookupEngine(wiring.Component):
             index_buffer_depth=index_buffer_depth, offset_buffer_depth=offset_buffer_depth,
             output_buffer_depth=output_buffer_depth, bag_slots=bag_slots,
             add_stages=add_stages, mul_stages=mul_stages, mean_reciprocal=mean_reciprocal,
-            registered_accumulator_read=registered_accumulator_read)
+            fpga_pipelining=fpga_pipelining)
         self._mean_reciprocal = mean_reciprocal
-        self._registered_accumulator_read = registered_accumulator_read
+        self._fpga_pipelining = fpga_pipelining
         self._max_tables, self._max_dim, self._num_regions = max_tables, max_dim, num_regions
         self._addr_width, self._id_width, self._outstanding = addr_width, id_width, \
             outstanding_reads
@@ -201,7 +204,7 @@ class LookupEngine(wiring.Component):
     def check_parameters(*, max_tables, max_dim, num_regions, addr_width, id_width,
                          outstanding_reads, index_buffer_depth, offset_buffer_depth,
                          output_buffer_depth, bag_slots, add_stages, mul_stages,
-                         mean_reciprocal="pipelined", registered_accumulator_read=False):
+                         mean_reciprocal="pipelined", fpga_pipelining=False):
         """Raise ``TypeError``/``ValueError`` naming the first bad parameter (used by the
         constructor and by :class:`~hw.emb.engine.EmbeddingEngine`)."""
         check_int("Maximum table count", max_tables, minimum=1, maximum=255)
@@ -221,10 +224,10 @@ class LookupEngine(wiring.Component):
         check_stages("Adder", add_stages, FPAdd)
         check_stages("Multiplier", mul_stages, FPMul, minimum=1)
         check_mean_reciprocal(mean_reciprocal)
-        check_bool("Registered accumulator read", registered_accumulator_read)
-        if registered_accumulator_read and mul_stages is not None and mul_stages < 2:
-            raise ValueError(f"A registered accumulator read needs at least 2 multiplier "
-                             f"stages, not {mul_stages}")
+        check_bool("FPGA pipelining", fpga_pipelining)
+        if fpga_pipelining and mul_stages is not None and mul_stages < 2:
+            raise ValueError(f"FPGA pipelining needs at least 2 multiplier stages, not "
+                             f"{mul_stages}")
 
     @property
     def max_tables(self):
@@ -288,7 +291,7 @@ class LookupEngine(wiring.Component):
                                                 mean_reciprocal=self._mean_reciprocal)
         m.submodules.issuer = issuer = GatherIssuer(
             max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
-            bag_slots=self._bag_slots)
+            bag_slots=self._bag_slots, registered_limits=self._fpga_pipelining)
         m.submodules.reorder = reorder = ReadReorderBuffer(
             depth=n_ids, addr_width=law, data_width=512, context=issuer.op_layout)
         m.submodules.pooler = pooler = Pooler(
@@ -296,7 +299,7 @@ class LookupEngine(wiring.Component):
             line_bits=self._line_bits, line_addr_width=law, out_depth=self._output_depth,
             add_stages=self._add_stages, mul_stages=self._mul_stages,
             shared_lanes=self._shared_lanes,
-            registered_accumulator_read=self._registered_accumulator_read)
+            registered_accumulator_read=self._fpga_pipelining)
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), pooler.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), pooler.add_lanes)

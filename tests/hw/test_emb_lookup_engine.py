@@ -123,18 +123,18 @@ def run_commands(engine, memory, commands, tables, regions, defer_mean=None):
     return statuses
 
 
-# The ECP5 board's pooler: two-stage FP units, its accumulator operand read a cycle early into
-# a register; two bag slots make consecutive ops of a bag meet the accumulator hazard often.
-REGISTERED_READ = dict(bag_slots=2, mul_stages=2, add_stages=2,
-                       registered_accumulator_read=True)
+# The ECP5 board's lookup: two-stage FP units and the FPGA registers (the pooler's accumulator
+# operand read a cycle early, the issuer's limits a cycle late); two bag slots make
+# consecutive ops of a bag meet the accumulator hazard often.
+FPGA_PIPELINING = dict(bag_slots=2, mul_stages=2, add_stages=2, fpga_pipelining=True)
 
 
 @pytest.mark.parametrize(("mean_reciprocal", "changes"), [
-    ("pipelined", {}), ("sequential", {}), ("pipelined", REGISTERED_READ)],
-    ids=["pipelined", "sequential", "registered-read"])
+    ("pipelined", {}), ("sequential", {}), ("pipelined", FPGA_PIPELINING)],
+    ids=["pipelined", "sequential", "fpga-pipelining"])
 def test_lookup_end_to_end_in_pysim(mean_reciprocal, changes):
     """With either MEAN divider (the sequential one holds the bag walk at each MEAN bag), and
-    with the board's registered accumulator read."""
+    with the board's FPGA pipelining."""
     rng = np.random.default_rng(3)
 
     def draw(predicate, **shape):
