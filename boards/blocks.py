@@ -30,11 +30,12 @@ from .build import (
     SUMMARY_FILE,
     add_nextpnr_extra_argument,
     check_place_and_route,
+    check_ram_styles,
     prepare_plan,
     run_ecp5_build,
     write_summary,
 )
-from .harness import Technique, make_harness, port_members
+from .harness import BLOCK_SUBMODULE, Technique, make_harness, port_members
 from .tables import block_table
 from .toolchain import open_toolchain_available
 
@@ -56,7 +57,8 @@ class Block:
     once). ``technique`` forces a harness technique; ``None`` picks ``pins`` when the block's
     port bits fit the package and ``shift-chain`` otherwise. ``placer`` and ``router`` are
     nextpnr's (:data:`boards.build.PLACERS`, :data:`boards.build.ROUTERS`; ``None``: its
-    defaults, heap and router1).
+    defaults, heap and router1). ``ram_styles`` places single memories ({path below the
+    block: style}, :func:`boards.build.ram_style_script`; ``None``: as Yosys chooses).
     """
     name: str
     description: str
@@ -64,6 +66,7 @@ class Block:
     technique: Technique | None = None
     placer: str | None = None
     router: str | None = None
+    ram_styles: dict | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -73,6 +76,13 @@ class Block:
         if self.technique is not None and not isinstance(self.technique, Technique):
             raise TypeError(f"Technique must be a Technique or None, not {self.technique!r}")
         check_place_and_route(self.placer, self.router)
+        check_ram_styles(self.ram_styles)
+
+    @property
+    def harness_ram_styles(self):
+        """``ram_styles`` with paths from the harness's top (what the build takes)."""
+        return {f"{BLOCK_SUBMODULE}.{path}": style
+                for path, style in check_ram_styles(self.ram_styles).items()}
 
 
 # The factories import hw.fp lazily: the registry itself must import without the RTL.
@@ -135,8 +145,13 @@ BLOCKS = {block.name: block for block in (
     Block("emb_engine", "embedding engine (LOOKUP + UPDATE + AXI arbiter), the emb board "
           "configuration", _engine("embedding"), router=_WIDE),
     Block("cxl_frontend", "CXL.mem front end with HDM decoders (defaults)", _cxl_frontend),
+    # Its 554-bit tap buffer (63 lines) in block RAM, 16 DP16KD in a row, drew the tap's
+    # registers, the AXI write data and the harness's capture registers into one hot spot
+    # router2 did not clear (2,000-3,400 overused wires); in LUT RAM, with the static placer,
+    # the design routes.
     Block("ckpt_engine", "checkpoint engine: tap, log writer, sequencer, recovery (defaults)",
-          _ckpt_engine, router=_WIDE),
+          _ckpt_engine, placer="static", router=_WIDE,
+          ram_styles={"tap.buffer.storage": "distributed"}),
 )}
 
 
@@ -164,6 +179,7 @@ def prepare_block(block, *, clock_frequency=DEFAULT_TARGET_MHZ * 1e6):
         "technique": harness.technique.value,
         "harness_ff": harness.harness_ff,
         "port_bits": sum(member.width for member in port_members(component)),
+        **({"ram_styles": dict(block.ram_styles)} if block.ram_styles else {}),
     }
     return harness, platform, facts
 
@@ -176,7 +192,8 @@ def measure_block(block, *, out_dir=DEFAULT_OUT, clock_frequency=DEFAULT_TARGET_
     extra = {"nextpnr_extra": list(nextpnr_extra)} if nextpnr_extra else {}
     return run_ecp5_build(platform, harness, build_dir=Path(out_dir) / block.name,
                           extra_summary={**facts, **extra},
-                          placer=block.placer, router=block.router, nextpnr_extra=nextpnr_extra)
+                          ram_styles=block.harness_ram_styles, placer=block.placer,
+                          router=block.router, nextpnr_extra=nextpnr_extra)
 
 
 def _update_combined(out_dir, summaries):
@@ -221,7 +238,8 @@ def main(argv=None):
             block = get_block(name)
             harness, platform, facts = prepare_block(block, clock_frequency=clock_frequency)
             build_dir = args.out / name
-            prepare_plan(platform, harness, placer=block.placer, router=block.router,
+            prepare_plan(platform, harness, ram_styles=block.harness_ram_styles,
+                         placer=block.placer, router=block.router,
                          nextpnr_extra=args.nextpnr_extra).extract(str(build_dir))
             print(f"{name}: {facts['technique']} harness, build files in {build_dir}")
         return 0

@@ -20,8 +20,9 @@ from pathlib import Path
 from .nextpnr_report import load_report, summarise_report
 from .toolchain import open_toolchain_env, using_open_toolchain
 
-__all__ = ["PLACERS", "REPORT_FILE", "ROUTERS", "STAT_FILE", "SUMMARY_FILE", "block_ram_script",
-           "check_place_and_route", "ecp5_capacity", "memories", "prepare_plan", "run_ecp5_build",
+__all__ = ["PLACERS", "RAM_STYLES", "REPORT_FILE", "ROUTERS", "STAT_FILE", "SUMMARY_FILE",
+           "block_ram_script", "check_place_and_route", "check_ram_styles", "ecp5_capacity",
+           "memories", "prepare_plan", "ram_style_script", "run_ecp5_build",
            "run_ecp5_synthesis", "source_revision", "synthesis_utilization", "write_summary"]
 
 
@@ -49,9 +50,30 @@ def check_place_and_route(placer, router):
                              f"{value!r}")
 
 
+#: Yosys ``ram_style`` values a memory may be given (:func:`ram_style_script`).
+RAM_STYLES = ("block", "distributed", "logic")
+
+
+def check_ram_styles(ram_styles):
+    """Raise unless ``ram_styles`` is ``None`` or a dict {memory path: one of
+    :data:`RAM_STYLES`}; return it as a dict."""
+    if ram_styles is None:
+        return {}
+    if not isinstance(ram_styles, dict):
+        raise TypeError(f"RAM styles must be a dict of memory paths to styles, not "
+                        f"{ram_styles!r}")
+    for path, style in ram_styles.items():
+        if not isinstance(path, str) or not path:
+            raise TypeError(f"Memory path must be a non-empty string, not {path!r}")
+        if style not in RAM_STYLES:
+            raise ValueError(f"RAM style of {path!r} must be one of "
+                             f"{', '.join(map(repr, RAM_STYLES))}, not {style!r}")
+    return dict(ram_styles)
+
+
 def prepare_plan(platform, top, *, name="top", block_ram_min_width=None,
-                 block_ram_min_depth=3, undefined_collisions=False, placer=None, router=None,
-                 nextpnr_extra=(), **overrides):
+                 block_ram_min_depth=3, undefined_collisions=False, ram_styles=None,
+                 placer=None, router=None, nextpnr_extra=(), **overrides):
     """``platform.build(top, do_build=False)`` with the open toolchain selected.
 
     For ECP5 platforms the nextpnr report options are added (and ``--placer placer``,
@@ -59,21 +81,27 @@ def prepare_plan(platform, top, *, name="top", block_ram_min_width=None,
     ``nextpnr_extra``, such as ``("--placer-heap-beta", "0.7")``), and with
     ``block_ram_min_width`` the Yosys script puts written memories at least that wide and
     ``block_ram_min_depth`` words deep in block RAM (:func:`block_ram_script`, which also
-    explains ``undefined_collisions``; the design is then elaborated twice). ``overrides``
-    are passed on to Amaranth's template overrides.
+    explains ``undefined_collisions``; the design is then elaborated twice). ``ram_styles``
+    ({memory path below ``top``: style}, :func:`ram_style_script`) places single memories,
+    after and over the block-RAM rule. ``overrides`` are passed on to Amaranth's template
+    overrides.
     """
     check_place_and_route(placer, router)
+    ram_styles = check_ram_styles(ram_styles)
     if getattr(platform, "family", None) == "ecp5":
         options = [_NEXTPNR_OPTS, *([] if placer is None else ["--placer", placer]),
                    *([] if router is None else ["--router", router]),
                    *map(shlex.quote, nextpnr_extra)]
         overrides.setdefault("nextpnr_opts", " ".join(options))
-        if block_ram_min_width is not None:
+        if block_ram_min_width is not None or ram_styles:
             # A platform prepares once; the first pass uses a copy.
             rtlil = prepare_plan(copy.deepcopy(platform), top, name=name).files[f"{name}.il"]
-            overrides["script_after_read"] = block_ram_script(
-                rtlil, min_width=block_ram_min_width, min_depth=block_ram_min_depth,
-                undefined_collisions=undefined_collisions)
+            scripts = [ram_style_script(rtlil, ram_styles, top=name)]
+            if block_ram_min_width is not None:
+                scripts.insert(0, block_ram_script(
+                    rtlil, min_width=block_ram_min_width, min_depth=block_ram_min_depth,
+                    undefined_collisions=undefined_collisions))
+            overrides["script_after_read"] = "\n".join(filter(None, scripts))
     with using_open_toolchain():
         return platform.build(top, name=name, do_build=False, **overrides)
 
@@ -131,6 +159,25 @@ def block_ram_script(rtlil, *, min_width, min_depth=3, undefined_collisions=Fals
         if undefined_collisions and all("1" not in mask.split("'")[1] for mask in reads):
             commands.append(f"setparam -set COLLISION_X_MASK {writes}'{'1' * writes} "
                             f"{module_name}/r:MEMID=\\{name} {module_name}/t:$memrd_v2 %i")
+    return "\n".join(commands)
+
+
+def ram_style_script(rtlil, ram_styles, *, top="top"):
+    """Yosys commands that give each memory of ``rtlil`` named in ``ram_styles`` its
+    ``ram_style``. A memory's path is its place below ``top``, dotted, ending in its name
+    (``"block.tap.buffer.storage"``); an unknown path raises ``ValueError`` listing the
+    memories there are."""
+    paths = {}
+    for module_name, name, *_ in memories(rtlil):
+        below = module_name.removeprefix(top).removeprefix(".")
+        paths[f"{below}.{name}" if below else name] = (module_name, name)
+    commands = []
+    for path, style in check_ram_styles(ram_styles).items():
+        if path not in paths:
+            raise ValueError(f"No memory {path!r} in the design; its memories: "
+                             f"{', '.join(sorted(paths)) or 'none'}")
+        module_name, name = paths[path]
+        commands.append(f'setattr -set ram_style "{style}" {module_name}/m:{name}')
     return "\n".join(commands)
 
 
@@ -196,7 +243,7 @@ def _build_facts(platform, seconds):
 
 def run_ecp5_synthesis(platform, top, *, build_dir, name="top", extra_summary=None,
                        block_ram_min_width=None, block_ram_min_depth=3,
-                       undefined_collisions=False):
+                       undefined_collisions=False, ram_styles=None):
     """Synthesize ``top`` for ``platform`` with Yosys alone (minutes, where place and route
     of a large design takes an hour or more) and summarise its cell counts.
 
@@ -208,7 +255,7 @@ def run_ecp5_synthesis(platform, top, *, build_dir, name="top", extra_summary=No
     build_dir = Path(build_dir)
     plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width,
                         block_ram_min_depth=block_ram_min_depth,
-                        undefined_collisions=undefined_collisions,
+                        undefined_collisions=undefined_collisions, ram_styles=ram_styles,
                         script_after_synth=f"tee -q -o {STAT_FILE} stat -json")
     plan.extract(str(build_dir))
     env = open_toolchain_env()
@@ -249,10 +296,11 @@ def _make_heatmap_directory(build_dir, nextpnr_extra):
 
 def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
                    block_ram_min_width=None, block_ram_min_depth=3,
-                   undefined_collisions=False, placer=None, router=None, nextpnr_extra=()):
+                   undefined_collisions=False, ram_styles=None, placer=None, router=None,
+                   nextpnr_extra=()):
     """Build ``top`` for ``platform`` in ``build_dir`` and summarise nextpnr's report
-    (``block_ram_min_width``, ``block_ram_min_depth``, ``undefined_collisions``, ``placer``,
-    ``router``, ``nextpnr_extra``: see :func:`prepare_plan`).
+    (``block_ram_min_width``, ``block_ram_min_depth``, ``undefined_collisions``,
+    ``ram_styles``, ``placer``, ``router``, ``nextpnr_extra``: see :func:`prepare_plan`).
 
     Returns the summary (also written to ``build_dir/summary.json``): the fields of
     :func:`boards.nextpnr_report.summarise_report`, the placer and router, the device, the
@@ -263,8 +311,8 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
     build_dir = Path(build_dir)
     plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width,
                         block_ram_min_depth=block_ram_min_depth,
-                        undefined_collisions=undefined_collisions, placer=placer,
-                        router=router, nextpnr_extra=nextpnr_extra)
+                        undefined_collisions=undefined_collisions, ram_styles=ram_styles,
+                        placer=placer, router=router, nextpnr_extra=nextpnr_extra)
     _make_heatmap_directory(build_dir, nextpnr_extra)
     started = time.monotonic()
     plan.execute_local(str(build_dir), env=open_toolchain_env())

@@ -30,8 +30,11 @@ from amaranth.build import Attrs, Pins, Resource
 from amaranth.lib import io, wiring
 from amaranth.lib.wiring import Flow
 
-__all__ = ["PinsHarness", "PortMember", "ShiftChainHarness", "Technique", "make_harness",
-           "port_members"]
+__all__ = ["BLOCK_SUBMODULE", "PinsHarness", "PortMember", "ShiftChainHarness", "Technique",
+           "make_harness", "port_members"]
+
+#: The harness's name for the block it wraps (the first step of a path into the block).
+BLOCK_SUBMODULE = "block"
 
 
 class Technique(enum.Enum):
@@ -125,7 +128,7 @@ class PinsHarness(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.block = self._component
+        m.submodules[BLOCK_SUBMODULE] = self._component
         for member in self._members:
             port = platform.request(member.name, 0, dir="-")
             staged = Signal(member.width, name=f"{member.name}__reg")
@@ -181,7 +184,7 @@ class ShiftChainHarness(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.block = self._component
+        m.submodules[BLOCK_SUBMODULE] = self._component
         inputs, outputs = _split_bits(self._members)
 
         m.submodules.scan_in_buf = scan_in = io.Buffer("i", platform.request("scan_in", 0,

@@ -1,11 +1,12 @@
 """Which memories the Yosys script moves to block RAM."""
 
+import pytest
 from amaranth import Module
 from amaranth.back import rtlil
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from boards.build import block_ram_script
+from boards.build import block_ram_script, ram_style_script
 
 
 class Memories(wiring.Component):
@@ -51,3 +52,16 @@ def test_collisions_are_left_undefined_only_on_request_and_never_for_forwarding_
         "setparam -set COLLISION_X_MASK 1'1 top/r:MEMID=\\wide top/t:$memrd_v2 %i",
         'setattr -set ram_style "block" top/m:forwarding',
     ]
+
+
+def test_ram_styles_name_memories_by_path_and_come_after_the_block_ram_rule():
+    text = rtlil.convert(Memories(), name="top")
+    assert ram_style_script(text, {"wide": "distributed", "rom": "logic"}).splitlines() == [
+        'setattr -set ram_style "distributed" top/m:wide',
+        'setattr -set ram_style "logic" top/m:rom',
+    ]
+    with pytest.raises(ValueError, match=r"^No memory 'deep' in the design; its memories: "
+                                         r"forwarding, narrow, rom, shallow, wide$"):
+        ram_style_script(text, {"deep": "block"})
+    with pytest.raises(TypeError, match=r"^Memory path must be a non-empty string, not 3$"):
+        ram_style_script(text, {3: "block"})

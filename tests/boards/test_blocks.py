@@ -43,6 +43,12 @@ def test_block_is_validated():
     with pytest.raises(ValueError, match=r"^Placer must be one of None, 'heap', 'sa', 'static', "
                                          r"not 'electrostatic'$"):
         Block("x", "", Doubler, placer="electrostatic")
+    with pytest.raises(ValueError, match=r"^RAM style of 'buffer' must be one of 'block', "
+                                         r"'distributed', 'logic', not 'ultra'$"):
+        Block("x", "", Doubler, ram_styles={"buffer": "ultra"})
+    with pytest.raises(TypeError, match=r"^RAM styles must be a dict of memory paths to "
+                                        r"styles, not 'buffer'$"):
+        Block("x", "", Doubler, ram_styles="buffer")
     with pytest.raises(TypeError, match=r"^Factory of block 'x' returned 1, not a "
                                         r"wiring.Component$"):
         prepare_block(Block("x", "", lambda: 1))
@@ -91,6 +97,35 @@ def test_cli_no_build_passes_the_blocks_placer_and_router(tmp_path, monkeypatch)
     assert "--router" not in default and "--placer" not in default
     assert ("--timing-allow-fail --placer static --router router2"
             in (tmp_path / "doubler" / "build_top.sh").read_text())
+
+
+class Buffered(wiring.Component):
+    addr: In(4)
+    data: In(64)
+    y: Out(64)
+
+    def elaborate(self, platform):
+        from amaranth.lib import memory
+        m = Module()
+        m.submodules.buffer = buffer = memory.Memory(shape=64, depth=16, init=[])
+        write, read = buffer.write_port(), buffer.read_port()
+        m.d.comb += [write.addr.eq(self.addr), write.data.eq(self.data), write.en.eq(1),
+                     read.addr.eq(self.addr + 1), self.y.eq(read.data)]
+        return m
+
+
+def test_cli_no_build_passes_the_blocks_ram_styles(tmp_path, monkeypatch):
+    monkeypatch.setitem(blocks.BLOCKS, "buffered", Block(
+        "buffered", "", Buffered, ram_styles={"buffer": "distributed"}))
+    assert blocks.main(["--block", "buffered", "--out", str(tmp_path), "--no-build"]) == 0
+    assert ('setattr -set ram_style "distributed" top.block/m:buffer'
+            in (tmp_path / "buffered" / "top.ys").read_text())
+    assert prepare_block(blocks.BLOCKS["buffered"])[2]["ram_styles"] == {"buffer": "distributed"}
+    monkeypatch.setitem(blocks.BLOCKS, "buffered", Block(
+        "buffered", "", Buffered, ram_styles={"fifo": "block"}))
+    with pytest.raises(ValueError, match=r"^No memory 'block\.fifo' in the design; its "
+                                         r"memories: block\.buffer$"):
+        blocks.main(["--block", "buffered", "--out", str(tmp_path), "--no-build"])
 
 
 def test_cli_no_build_passes_nextpnr_extra(tmp_path):
