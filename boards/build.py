@@ -169,7 +169,7 @@ def ram_style_script(rtlil, ram_styles, *, top="top"):
     memories there are."""
     paths = {}
     for module_name, name, *_ in memories(rtlil):
-        below = module_name.removeprefix(top).removeprefix(".")
+        below = module_name[len(top) + 1:] if module_name.startswith(f"{top}.") else ""
         paths[f"{below}.{name}" if below else name] = (module_name, name)
     commands = []
     for path, style in check_ram_styles(ram_styles).items():
