@@ -134,9 +134,10 @@ class LookupEngine(wiring.Component):
     fpga_pipelining : bool
         Registers that FPGA builds need in the control paths, at the price of a cycle in some
         waits (results are the same): the pooler reads its accumulator operand a cycle early
-        into a register and registers the multiplier's operands (:mod:`hw.emb.pool`), and
-        the issuer compares with the index and weight limits of the cycle before
-        (:class:`~hw.emb.gather.GatherIssuer`). Default False.
+        into a register (:mod:`hw.emb.pool`; the accumulators are LUT RAM there), and the
+        issuer compares with the index and weight limits of the cycle before
+        (:class:`~hw.emb.gather.GatherIssuer`). Needs a multiplier of at least two stages.
+        Default False.
 
     Members
     -------
@@ -224,6 +225,9 @@ class LookupEngine(wiring.Component):
         check_stages("Multiplier", mul_stages, FPMul, minimum=1)
         check_mean_reciprocal(mean_reciprocal)
         check_bool("FPGA pipelining", fpga_pipelining)
+        if fpga_pipelining and mul_stages is not None and mul_stages < 2:
+            raise ValueError(f"FPGA pipelining needs at least 2 multiplier stages, not "
+                             f"{mul_stages}")
 
     @property
     def max_tables(self):
@@ -295,7 +299,7 @@ class LookupEngine(wiring.Component):
             line_bits=self._line_bits, line_addr_width=law, out_depth=self._output_depth,
             add_stages=self._add_stages, mul_stages=self._mul_stages,
             shared_lanes=self._shared_lanes,
-            fpga_pipelining=self._fpga_pipelining)
+            registered_accumulator_read=self._fpga_pipelining)
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), pooler.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), pooler.add_lanes)

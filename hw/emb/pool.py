@@ -13,13 +13,10 @@ multiplier is valid-only; ``x * 1.0`` is exact, so unweighted rows use it too, a
 final ``sum * (1/L)`` reuses it instead of needing a second one. ``sum * f + (-0.0)`` is
 ``sum * f`` bit for bit, which lets SCALE share the adder as well.
 
-With ``fpga_pipelining`` two registers shorten the paths an FPGA build finds longest, where
-one register fans out to every LUT of a 512-bit line: the adder's accumulator operand is read
-a cycle earlier and held in a register, so the accumulators' read address does not also
-drive the adder's first stage (the price is one more cycle in that wait), and the
-multiplier's operands are chosen (row, accumulator or zero) into registers a stage before
-the multiplier, so the op kind does not also drive its first stage (one more cycle of
-latency).
+With ``registered_accumulator_read`` the adder's accumulator operand is read a cycle earlier
+and held in a register, so the accumulators' read address (one register fanned out to every
+LUT RAM of a 512-bit line on an FPGA) does not also drive the adder's first stage; the price
+is one more cycle in that wait.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
@@ -59,12 +56,13 @@ class Pooler(wiring.Component):
         Only with ``shared_lanes``: the 16-lane multiplier and adder, built elsewhere with
         ``mul_stages`` and ``add_stages`` (see :class:`~hw.emb.engine.EmbeddingEngine`).
 
-    ``fpga_pipelining`` (default False): see the module docstring.
+    ``registered_accumulator_read`` (default False): see the module docstring; it needs
+    ``mul_stages >= 2``.
     """
 
     def __init__(self, *, op_layout, slot_bits, line_bits, line_addr_width, out_depth,
                  add_stages=None, mul_stages=None, shared_lanes=False,
-                 fpga_pipelining=False):
+                 registered_accumulator_read=False):
         self._op_layout = op_layout
         self._slot_bits = slot_bits
         self._line_bits = line_bits
@@ -77,7 +75,7 @@ class Pooler(wiring.Component):
             raise ValueError("The pooling multiplier needs at least one pipeline stage")
         self._shared_lanes = bool(shared_lanes)
         # (Validated by LookupEngine.check_parameters, as the stages are.)
-        self._fpga_pipelining = bool(fpga_pipelining)
+        self._registered_read = bool(registered_accumulator_read)
         lanes = {}
         if self._shared_lanes:
             lanes = {"mul_lanes": In(fp_lanes_signature(op="mul", lanes=LANES)),
@@ -100,12 +98,12 @@ class Pooler(wiring.Component):
     def hazard_window(self):
         """Cycles after an accumulating op's pop during which a ROW op on the same
         accumulator line must wait (the adder's latency, plus one with a registered read)."""
-        return self._add_stages + self._fpga_pipelining
+        return self._add_stages + self._registered_read
 
     @property
     def latency(self):
         """Cycles from an op's pop to its accumulator write or output."""
-        return 1 + self._fpga_pipelining + self._mul_stages + self._add_stages
+        return 1 + self._mul_stages + self._add_stages
 
     def elaborate(self, platform):
         m = Module()
@@ -115,8 +113,7 @@ class Pooler(wiring.Component):
             m.submodules.mul = mul = FPLanes(op="mul", lanes=LANES, stages=self._mul_stages)
             m.submodules.add = add = FPLanes(op="add", lanes=LANES, stages=self._add_stages)
         mul_latency, add_latency = self._mul_stages, self._add_stages
-        operand_stages = int(self._fpga_pipelining)  # between the pop's stage and the multiplier
-        depth = operand_stages + mul_latency + add_latency
+        depth = mul_latency + add_latency
 
         m.submodules.accumulators = accumulators = memory.Memory(
             shape=unsigned(32 * LANES), depth=2 ** (self._slot_bits + self._line_bits), init=[])
@@ -179,35 +176,23 @@ class Pooler(wiring.Component):
             m.d.sync += [valid[k].eq(valid[k - 1]), stage[k].eq(stage[k - 1])]
 
         head = stage[0]
-        operand_a = Mux(head.kind == OpKind.ROW, row_data,
-                        Mux(head.kind == OpKind.SCALE, acc_early.data, 0))
-        operand_b = factor.replicate(LANES)
-        if operand_stages:
-            registered_a = Signal(32 * LANES)
-            # A copy of the factor per lane, so that no register (and no logic Yosys would
-            # share between lanes, such as the factor's classification) drives all 16. Yosys
-            # merges identical registers; distinct reset values keep the copies apart (they
-            # are read only with a valid op, after their first load).
-            factors = [Signal(32, init=lane, name=f"factor_lane_{lane}") for lane in range(LANES)]
-            m.d.sync += [registered_a.eq(operand_a), *(copy.eq(factor) for copy in factors)]
-            operand_a, operand_b = registered_a, Cat(factors)
         m.d.comb += [
-            mul.i.valid.eq(valid[operand_stages]),
-            mul.i.payload.a.eq(operand_a),
-            mul.i.payload.b.eq(operand_b),
+            mul.i.valid.eq(valid[0]),
+            mul.i.payload.a.eq(Mux(head.kind == OpKind.ROW, row_data,
+                                   Mux(head.kind == OpKind.SCALE, acc_early.data, 0))),
+            mul.i.payload.b.eq(factor.replicate(LANES)),
         ]
 
-        added = operand_stages + mul_latency  # the stage at the adder's input
-        middle = stage[added]
-        if self._fpga_pipelining:
+        middle = stage[mul_latency]
+        if self._registered_read:
             accumulated = Signal(32 * LANES)
-            m.d.comb += acc_late.addr.eq(address(stage[added - 2]))
+            m.d.comb += acc_late.addr.eq(address(stage[mul_latency - 2]))
             m.d.sync += accumulated.eq(acc_late.data)
         else:
             accumulated = acc_late.data
-            m.d.comb += acc_late.addr.eq(address(stage[added - 1]))
+            m.d.comb += acc_late.addr.eq(address(stage[mul_latency - 1]))
         m.d.comb += [
-            add.i.valid.eq(valid[added]),
+            add.i.valid.eq(valid[mul_latency]),
             add.i.payload.a.eq(
                 Mux(middle.kind == OpKind.ROW, Mux(middle.first, 0, accumulated),
                     Mux(middle.kind == OpKind.SCALE, _NEGATIVE_ZERO_LINE, 0))),

@@ -123,11 +123,10 @@ def run_commands(engine, memory, commands, tables, regions, defer_mean=None):
     return statuses
 
 
-# The FPGA registers of the board's lookup (the pooler's accumulator operand read a cycle
-# early, its multiplier operands registered, the issuer's limits a cycle late) with one-stage
-# FP units and two bag slots, so that consecutive ops of a bag meet the accumulator hazard
-# often.
-FPGA_PIPELINING = dict(bag_slots=2, mul_stages=1, add_stages=1, fpga_pipelining=True)
+# The ECP5 board's lookup: two-stage FP units and the FPGA registers (the pooler's accumulator
+# operand read a cycle early, the issuer's limits a cycle late); two bag slots make
+# consecutive ops of a bag meet the accumulator hazard often.
+FPGA_PIPELINING = dict(bag_slots=2, mul_stages=2, add_stages=2, fpga_pipelining=True)
 
 
 @pytest.mark.parametrize(("mean_reciprocal", "changes"), [

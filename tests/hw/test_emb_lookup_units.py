@@ -475,6 +475,8 @@ GOOD = dict(max_tables=4, max_dim=64, num_regions=2, addr_width=32, id_width=6,
     ({"add_stages": 9}, ValueError,
      rf"^Adder stages must be None or an integer in 0\.\.{len(FPAdd.CUTS) - 1}, not 9$"),
     ({"fpga_pipelining": 1}, TypeError, r"^FPGA pipelining must be True or False, not 1$"),
+    ({"fpga_pipelining": True, "mul_stages": 1}, ValueError,
+     r"^FPGA pipelining needs at least 2 multiplier stages, not 1$"),
     ({"mean_reciprocal": "iterative"}, ValueError,
      r"^MEAN reciprocal must be one of pipelined, sequential, not 'iterative'$"),
 ])
