@@ -110,7 +110,7 @@ def _fp_lanes(op, lanes):
 
 def _engine(kind):
     """One of the embedding engines in the configuration the ``emb`` board design holds
-    (:data:`boards.bist.emb_dut.ENGINE_DEFAULTS`: two-stage FP units, small tables)."""
+    (:data:`boards.bist.emb_dut.ENGINE_DEFAULTS`: four-stage FP units, small tables)."""
     def make():
         from .bist.emb_dut import ENGINE_DEFAULTS, ENGINES
         return ENGINES[kind](dict(ENGINE_DEFAULTS))

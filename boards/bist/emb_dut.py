@@ -36,17 +36,19 @@ class Step(enum.Enum, shape=2):
 
 # The smallest configuration that still exercises everything: two tables of up to 32 floats
 # a row (rows of two lines), one region, an 8 KiB address space, few reads in flight, the
-# smallest buffers. The 64 FP32 lanes take most of an ECP5-85F whatever these are; two
-# register stages each suit the engine's own clock limit (about 26 MHz on ECP5, set by the
-# shared FP lanes' input multiplexer) and save some 20k flip-flops over the default seven. The
-# self-test runs strict lookups, so the relaxed lookup's correction is left out. MEAN
-# factors come from the sequential divider (569 LUT4 and 178 FF; the pipelined one is 2,927
-# and 2,683).
+# smallest buffers. The 64 FP32 lanes take most of an ECP5-85F whatever these are. Four
+# register stages each, and the lookup's FPGA registers (``fpga_pipelining``), took the
+# whole design from 26.5 to 32.1 MHz on the ULX3S: with two stages the FP units' first
+# stages held the pooler's accumulator read and the multipliers' DSP inputs behind 512-bit
+# multiplexers. They cost some 5,000 flip-flops (seven stages would cost 15,000 more). The
+# self-test runs strict lookups, so the relaxed lookup's correction is left out. MEAN factors
+# come from the sequential divider (569 LUT4 and 178 FF; the pipelined one is 2,927 and
+# 2,683).
 ENGINE_DEFAULTS = dict(max_tables=2, max_dim=32, num_regions=1, addr_width=13, id_width=3,
                        outstanding_reads=4, index_buffer_depth=32, offset_buffer_depth=32,
                        output_buffer_depth=2, bag_slots=4, max_unique_rows=4,
-                       update_outstanding_reads=4, relaxed_lookup=False, add_stages=2,
-                       mul_stages=2, mean_reciprocal="sequential")
+                       update_outstanding_reads=4, relaxed_lookup=False, add_stages=4,
+                       mul_stages=4, mean_reciprocal="sequential", fpga_pipelining=True)
 
 _INCR = 1
 
