@@ -140,3 +140,18 @@ def test_emb_engine_option_names_the_dut_engines(tmp_path, capsys):
     with pytest.raises(SystemExit):
         synth.main(["--board", "ulx3s-85f", "--engine", "pool"])
     assert "invalid choice: 'pool'" in capsys.readouterr().err
+
+
+def test_emb_engine_parameters_follow_the_board(tmp_path):
+    """The ECPIX-5 builds the engines as boards.synth.EMB_BOARD_ENGINE_PARAMS says (two-stage
+    FP units, no FPGA registers); the ULX3S as ENGINE_DEFAULTS (the pooler's registered
+    accumulator operand is one of those registers)."""
+    for board in ("ulx3s-85f", "ecpix5-85"):
+        assert synth.main(["--board", board, "--no-build", "--out", str(tmp_path)]) == 0
+    ulx3s, ecpix5 = (tmp_path / "ulx3s-85f", tmp_path / "ecpix5-85")
+    assert "engine_params" not in json.loads((ulx3s / "summary.json").read_text())
+    assert (json.loads((ecpix5 / "summary.json").read_text())["engine_params"]
+            == synth.EMB_BOARD_ENGINE_PARAMS["ecpix5-85"]
+            == {"add_stages": 2, "mul_stages": 2, "fpga_pipelining": False})
+    assert "\\accumulated" in (ulx3s / "top.il").read_text()
+    assert "\\accumulated" not in (ecpix5 / "top.il").read_text()
