@@ -109,11 +109,13 @@ def _fp_lanes(op, lanes):
 
 
 def _engine(kind):
-    """One of the embedding engines in the configuration the ``emb`` board design holds
-    (:data:`boards.bist.emb_dut.ENGINE_DEFAULTS`: four-stage FP units, small tables)."""
+    """One of the embedding engines in the configuration the ECPIX-5's ``emb`` board design
+    holds (:data:`boards.bist.emb_dut.ENGINE_DEFAULTS` with two-stage FP units and no
+    ``fpga_pipelining``: the one the README's rows were measured with; with the ULX3S's,
+    router2 did not converge on ``emb_engine`` alone)."""
     def make():
-        from .bist.emb_dut import ENGINE_DEFAULTS, ENGINES
-        return ENGINES[kind](dict(ENGINE_DEFAULTS))
+        from .bist.emb_dut import ENGINE_DEFAULTS, ENGINES, TWO_STAGE_ENGINE_PARAMS
+        return ENGINES[kind]({**ENGINE_DEFAULTS, **TWO_STAGE_ENGINE_PARAMS})
     return make
 
 

@@ -79,7 +79,8 @@ EMB_CLOCK_MHZ = 25.0
 #: :data:`boards.bist.emb_dut.ENGINE_DEFAULTS`. On the ECPIX-5 the defaults (four-stage FP
 #: units, ``fpga_pipelining``) do not route: router2 came down to 275 overused wires at
 #: iteration 27 and climbed back to 1,357 by iteration 66. The earlier configuration routes
-#: there and meets timing with 38.4 MHz.
+#: there and meets timing with 38.4 MHz (``boards.bist.emb_dut.TWO_STAGE_ENGINE_PARAMS``, not
+#: imported here before a design is made).
 EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": {"add_stages": 2, "mul_stages": 2,
                                          "fpga_pipelining": False}}
 

@@ -24,8 +24,8 @@ from hw.emb.layouts import command_layout, region_layout, table_layout
 
 from .axi_bram import LINE_BITS, AxiBram
 
-__all__ = ["ENGINES", "ENGINE_DEFAULTS", "EngineUnderTest", "Step", "check_engine",
-           "step_layout"]
+__all__ = ["ENGINES", "ENGINE_DEFAULTS", "TWO_STAGE_ENGINE_PARAMS", "EngineUnderTest", "Step",
+           "check_engine", "step_layout"]
 
 
 class Step(enum.Enum, shape=2):
@@ -49,6 +49,11 @@ ENGINE_DEFAULTS = dict(max_tables=2, max_dim=32, num_regions=1, addr_width=13, i
                        output_buffer_depth=2, bag_slots=4, max_unique_rows=4,
                        update_outstanding_reads=4, relaxed_lookup=False, add_stages=4,
                        mul_stages=4, mean_reciprocal="sequential", fpga_pipelining=True)
+
+#: The engine configuration before four-stage FP units and ``fpga_pipelining``, over
+#: :data:`ENGINE_DEFAULTS`: the ECPIX-5 design routes with it (``boards.synth``), and the
+#: per-block ``emb_*`` figures were measured with it (``boards.blocks``).
+TWO_STAGE_ENGINE_PARAMS = dict(add_stages=2, mul_stages=2, fpga_pipelining=False)
 
 _INCR = 1
 
