@@ -11,7 +11,8 @@ with the same timing profile).
 * ``host_gather``: the device's engines idle; the host reads every row the batch needs over the
   CXL.mem link (:class:`sim.host_link.HostLink`, one line per cycle each way at most), pools
   and updates at a stated rate, copies the touched rows to a log region and writes a flag
-  (persistent) before writing the rows back in place, then a commit record.
+  (persistent) before writing the rows back in place, then a commit record. With several
+  rates it runs once per rate (``host_rate_sweep``); the first is the baseline.
 
 Every mode waits the same ``gpu_cycles`` between the pooled output and the gradient (the GPU's
 MLP forward and backward). Then a power failure in an UPDATE and the device's RECOVER, and the
@@ -111,10 +112,10 @@ def _nmp_link_lines(preset, batch):
     return read, written
 
 
-async def run_host_gather(device, link, preset, layout, spec):
-    """The host-gather baseline, one batch at a time (module docstring)."""
+async def run_host_gather(device, link, preset, layout, spec, rate):
+    """The host-gather baseline, one batch at a time (module docstring), with the host
+    pooling and updating ``rate`` floats per cycle."""
     dut = device.dut
-    rate = spec["host_floats_per_cycle"]
     row_lines = preset.dim // 16
     row_bytes = preset.dim * 4
     batches = []
@@ -201,13 +202,21 @@ async def measure_preset(dut, device, link, params, spec):
                          relaxed=relaxed)
         device.set_profile(spec["profile"])
         if mode == "host_gather":
-            started_wall, started = time.monotonic(), device.now()
-            beats = _pmem_beats(dut)
-            batches = await run_host_gather(device, link, preset, layout, spec)
-            results["modes"][mode] = {
-                "batches": batches, "cycles": device.now() - started,
-                "seconds": time.monotonic() - started_wall,
-                **_beats_since(dut, beats, len(batches))}
+            # One run per host rate (the same batches); the first is the baseline the other
+            # modes are compared with, all of them the host-rate sweep.
+            sweep = []
+            for rate in spec["host_floats_per_cycle"]:
+                started_wall, started = time.monotonic(), device.now()
+                beats = _pmem_beats(dut)
+                batches = await run_host_gather(device, link, preset, layout, spec, rate)
+                sweep.append({
+                    "host_floats_per_cycle": rate, "batches": batches,
+                    "cycles": device.now() - started,
+                    "seconds": time.monotonic() - started_wall,
+                    **_beats_since(dut, beats, len(batches))})
+            results["modes"][mode] = sweep[0]
+            if len(sweep) > 1:
+                results["host_rate_sweep"] = sweep
             continue
         await device.write(layout.meta, bytes(8 * LINE_BYTES))
         trainer = Trainer(device, preset, layout, max_unique_rows=params["max_unique_rows"],

@@ -1,8 +1,8 @@
 """Paper-style comparison (issue #8), measured from the RTL in Verilator on the PMEM profile.
 
     python -m bench paper [--presets rm1_sim rm2_sim] [--modes ...] [--batches 3]
-                          [--gpu-cycles 5000] [--host-floats-per-cycle 16] [--channels 4]
-                          [--skip-lookup] [--skip-demo]
+                          [--gpu-cycles 5000] [--host-floats-per-cycle 16 [8 4 ...]]
+                          [--channels 4] [--skip-lookup] [--skip-demo]
     nox -s bench                      (no arguments: this benchmark)
 
 Cycles per batch for each training mode on RM1- and RM2-shaped presets, all on one simulated
@@ -14,7 +14,9 @@ CXL.mem link), so every mode sees the same memory:
   cycle per direction at most; the PMEM model's latencies and bandwidths apply), pools and
   updates on the host at ``--host-floats-per-cycle``, checkpoints by copying the touched rows
   (old values) to a log region and a flag line, persistent, before writing the rows back and a
-  commit line (:mod:`bench.cocotb_paper`);
+  commit line (:mod:`bench.cocotb_paper`). Given several rates, it runs once per rate on the
+  same batches: the first rate is the baseline of every ratio, and ``host_rate_sweep`` (with
+  ``speedup_vs_host_rate.png``) gives each mode's speedup against each host;
 * ``nmp``: near-memory lookup and update, no checkpointing;
 * ``nmp_sync_log``: the checkpoint engine with ``CKPT_CONTROL.log_mode`` AT_UPDATE: LOOKUP
   logs nothing; UPDATE first replays the lookup's row reads into the undo log (reading the old
@@ -66,7 +68,8 @@ from pathlib import Path
 
 from sim.rtl import BUILD_ROOT
 
-__all__ = ["MODES", "RELAXED_MODES", "SIM_PRESETS", "main", "summarise", "write_report"]
+__all__ = ["MODES", "RELAXED_MODES", "SIM_PRESETS", "host_rates", "main", "summarise",
+           "write_report"]
 
 MODES = ("host_gather", "nmp", "nmp_sync_log", "nmp_log_on_lookup", "nmp_log_after_lookup",
          "nmp_log_lookup_replay", "trainingcxl")
@@ -122,6 +125,28 @@ def _steady(batches):
     earlier GPU time hides it); the last has no next lookup for its UPDATE to correct. Every
     batch of a long run but two is like the ones between."""
     return _mean(b["total"] for b in batches[1:-1]) if len(batches) >= 3 else None
+
+
+def host_rates(params: dict) -> list[int]:
+    """The host's pooling/update rates of a run, the baseline's first (runs before the sweep
+    stored one number)."""
+    rates = params["host_floats_per_cycle"]
+    return [rates] if isinstance(rates, int) else list(rates)
+
+
+def _host_rate_sweep(sweep: list, modes: dict) -> list:
+    """Per host rate: host_gather's cycles per batch and every measured mode's speedup."""
+    rows = []
+    for run in sweep:
+        cycles = _mean(b["total"] for b in run["batches"])
+        rows.append({
+            "host_floats_per_cycle": run["host_floats_per_cycle"],
+            "host_gather_cycles_per_batch": cycles,
+            "host_gather_steady_cycles_per_batch": _steady(run["batches"]),
+            "speedup_vs_host_gather": {
+                mode: cycles / modes[mode]["cycles_per_batch"] for mode in MODES
+                if mode != "host_gather" and modes[mode].get("cycles_per_batch")}})
+    return rows
 
 
 def preset_shape(name: str) -> dict:
@@ -228,9 +253,11 @@ def summarise(raws: dict, params: dict, lookup: dict | None = None,
             if useful:
                 lookup_pmem = useful * shape["dim"] * 4 / modes["nmp"][
                     "lookup_cycles_per_batch"] / 64
+        sweep = raw.get("host_rate_sweep")
         presets[name] = {
             "shape": params["presets"][name], "modes": modes, "ratios": ratios,
             "recovery": recovery,
+            "host_rate_sweep": _host_rate_sweep(sweep, modes) if sweep else None,
             "lookup_efficiency_pmem": lookup_pmem,
             "simulation": {
                 "cycles": raw["simulated_cycles"], "seconds": round(raw["wall_seconds"], 1),
@@ -265,7 +292,7 @@ def write_markdown(results: dict) -> str:
     lines = ["# TrainingCXL paper-style benchmark (from the RTL in Verilator)", "",
              f"Profile `{p['profile']['name']}` ({p['profile']['timing']}), CXL.mem link "
              f"{p['link']['lines_per_cycle_per_direction']} x 64-byte line per cycle per "
-             f"direction, host pooling/update {p['host_floats_per_cycle']} floats/cycle, "
+             f"direction, host pooling/update {host_rates(p)[0]} floats/cycle, "
              f"GPU MLP {p['gpu_cycles']} cycles per batch in every mode, "
              f"{p['batches']} batches per mode.", ""]
     for name, entry in results["presets"].items():
@@ -302,6 +329,20 @@ def write_markdown(results: dict) -> str:
             lines.append(f"- lookup efficiency on PMEM (useful row bytes / lookup cycles / "
                          f"64): {entry['lookup_efficiency_pmem']:.3f} (PMEM read rate cap "
                          f"{p['profile']['read_lines_per_cycle']:.2f})")
+        sweep = entry.get("host_rate_sweep")
+        if sweep:
+            measured = [m for m in MODES if m in sweep[0]["speedup_vs_host_gather"]]
+            lines += ["", "Speedup against a host pooling and updating at each rate (the same "
+                      "batches; host_gather cycles per batch):", "",
+                      "| host floats/cycle | host_gather cycles/batch | "
+                      + " | ".join(measured) + " |",
+                      "|---:|---:|" + "---:|" * len(measured)]
+            for row in sweep:
+                lines.append(f"| {row['host_floats_per_cycle']} | "
+                             f"{_fmt(row['host_gather_cycles_per_batch'])} | "
+                             + " | ".join(_fmt(row["speedup_vs_host_gather"][m], ".2f") + "x"
+                                          for m in measured) + " |")
+            lines.append("")
         sim = entry["simulation"]
         lines += [f"- simulation: {sim['cycles']} cycles in {sim['seconds']} s "
                   f"({sim['cycles_per_second']} cycles/s)", ""]
@@ -391,6 +432,29 @@ def write_plots(results: dict, out_dir: Path) -> list[Path]:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     written.append(path)
+    swept = {name: presets[name]["host_rate_sweep"] for name in names
+             if presets[name].get("host_rate_sweep")}
+    if swept:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for name, sweep in swept.items():
+            rows = sorted(sweep, key=lambda row: row["host_floats_per_cycle"])
+            for mode in ("nmp", "trainingcxl"):
+                if mode in rows[0]["speedup_vs_host_gather"]:
+                    ax.plot([r["host_floats_per_cycle"] for r in rows],
+                            [r["speedup_vs_host_gather"][mode] for r in rows], marker="o",
+                            label=f"{name}: {mode}")
+        ax.axhline(PAPER["speedup_vs_host_gather"], color="grey", linestyle="--",
+                   label=f"paper: {PAPER['speedup_vs_host_gather']}x")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("host pooling/update rate (floats per device cycle)")
+        ax.set_ylabel("speedup vs host_gather")
+        ax.set_title("speedup against hosts of each rate")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / "speedup_vs_host_rate.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
     lookup = results.get("lookup_efficiency")
     if lookup:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -451,6 +515,16 @@ def print_summary(results: dict):
               f"simulated cycles/s")
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a positive integer, not {text!r}")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench paper",
                                      description=__doc__.split("\n")[0])
@@ -463,7 +537,11 @@ def main(argv=None) -> int:
                         help="batches per mode (default 3: the steady figures need one "
                              "between the first and the last)")
     parser.add_argument("--gpu-cycles", type=int, default=5000)
-    parser.add_argument("--host-floats-per-cycle", type=int, default=16)
+    parser.add_argument("--host-floats-per-cycle", type=_positive_int, nargs="+",
+                        default=[16], metavar="RATE",
+                        help="host_gather's pooling/update rate in floats per cycle "
+                             "(default 16); several rates run host_gather once each, the "
+                             "first being the baseline of the ratios"),
     parser.add_argument("--profile", default="pmem")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--channels", type=int, choices=(1, 2, 4), default=4,
@@ -480,6 +558,11 @@ def main(argv=None) -> int:
     parser.add_argument("--from-raw", metavar="JSON",
                         help="write the report from a previous run's paper_raw.json")
     args = parser.parse_args(argv)
+    rates = args.host_floats_per_cycle
+    if len(set(rates)) != len(rates):
+        parser.error(f"--host-floats-per-cycle: each rate once, not {rates}")
+    if len(rates) > 1 and "host_gather" not in args.modes:
+        parser.error("--host-floats-per-cycle: several rates need the host_gather mode")
 
     from sim.pmem import PROFILES
     from sim.runner import run

@@ -159,3 +159,54 @@ def test_paper_system_per_channel_count():
     assert one.name != PAPER_SYSTEM.name and one.key != PAPER_SYSTEM.key
     with pytest.raises(ValueError, match=r"^Channel count must be one of 1, 2, 4, not 3$"):
         paper_system(3)
+
+
+def test_host_rate_sweep(tmp_path):
+    """Each host rate's host_gather run gives every measured mode a speedup against it; the
+    first rate stays the baseline of the mode table, and the sweep has a table and a plot."""
+    raw = _raw()
+    slow = [{**batch, "host_pool": 4 * batch["host_pool"], "total": 5000}
+            for batch in raw["modes"]["host_gather"]["batches"]]
+    raw["host_rate_sweep"] = [{**raw["modes"]["host_gather"], "host_floats_per_cycle": 16},
+                              {"host_floats_per_cycle": 4, "batches": slow}]
+    params = {**_params(), "host_floats_per_cycle": [16, 4]}
+    results = summarise({"rm1_sim": raw}, params)
+    paths = {p.name for p in write_report(results, tmp_path)}
+    entry = results["presets"]["rm1_sim"]
+    first, second = entry["host_rate_sweep"]
+    assert (first["host_floats_per_cycle"], second["host_floats_per_cycle"]) == (16, 4)
+    assert first["speedup_vs_host_gather"]["nmp"] == pytest.approx(2.594)
+    assert second["host_gather_cycles_per_batch"] == 5000
+    assert second["speedup_vs_host_gather"]["nmp"] == pytest.approx(5.0)
+    assert second["speedup_vs_host_gather"]["trainingcxl"] == pytest.approx(5000 / 950)
+    assert "host_gather" not in second["speedup_vs_host_gather"]
+    assert entry["modes"]["nmp"]["speedup_vs_host_gather"] == pytest.approx(2.594)
+    assert "speedup_vs_host_rate.png" in paths
+    markdown = (tmp_path / "results.md").read_text()
+    assert "host pooling/update 16 floats/cycle" in markdown
+    assert "| 4 | 5000 | 5.00x |" in markdown
+
+
+def test_no_sweep_without_several_rates(tmp_path):
+    results = summarise({"rm1_sim": _raw()}, _params())
+    assert results["presets"]["rm1_sim"]["host_rate_sweep"] is None
+    assert "speedup_vs_host_rate.png" not in {p.name for p in write_report(results, tmp_path)}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--host-floats-per-cycle", "0"],
+     "argument --host-floats-per-cycle: a positive integer, not '0'"),
+    (["--host-floats-per-cycle", "x"],
+     "argument --host-floats-per-cycle: a positive integer, not 'x'"),
+    (["--host-floats-per-cycle", "16", "16"], "--host-floats-per-cycle: each rate once, "
+                                              "not [16, 16]"),
+    (["--host-floats-per-cycle", "16", "4", "--modes", "nmp"],
+     "--host-floats-per-cycle: several rates need the host_gather mode"),
+])
+def test_host_rate_arguments(argv, message, capsys):
+    from bench.paper import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
