@@ -17,6 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from hw.fanout import KEEP_REPLICAS_SCRIPT
+
 from .nextpnr_report import load_report, summarise_report
 from .toolchain import open_toolchain_env, using_open_toolchain
 
@@ -83,8 +85,9 @@ def prepare_plan(platform, top, *, name="top", block_ram_min_width=None,
     ``block_ram_min_depth`` words deep in block RAM (:func:`block_ram_script`, which also
     explains ``undefined_collisions``; the design is then elaborated twice). ``ram_styles``
     ({memory path below ``top``: style}, :func:`ram_style_script`) places single memories,
-    after and over the block-RAM rule. ``overrides`` are passed on to Amaranth's template
-    overrides.
+    after and over the block-RAM rule. Flip-flops copied per consumer
+    (:func:`hw.fanout.replicated_register`) are kept apart (:data:`hw.fanout.KEEP_REPLICAS_SCRIPT`).
+    ``overrides`` are passed on to Amaranth's template overrides.
     """
     check_place_and_route(placer, router)
     ram_styles = check_ram_styles(ram_styles)
@@ -93,15 +96,16 @@ def prepare_plan(platform, top, *, name="top", block_ram_min_width=None,
                    *([] if router is None else ["--router", router]),
                    *map(shlex.quote, nextpnr_extra)]
         overrides.setdefault("nextpnr_opts", " ".join(options))
+        scripts = [KEEP_REPLICAS_SCRIPT]
         if block_ram_min_width is not None or ram_styles:
             # A platform prepares once; the first pass uses a copy.
             rtlil = prepare_plan(copy.deepcopy(platform), top, name=name).files[f"{name}.il"]
-            scripts = [ram_style_script(rtlil, ram_styles, top=name)]
             if block_ram_min_width is not None:
-                scripts.insert(0, block_ram_script(
+                scripts.append(block_ram_script(
                     rtlil, min_width=block_ram_min_width, min_depth=block_ram_min_depth,
                     undefined_collisions=undefined_collisions))
-            overrides["script_after_read"] = "\n".join(filter(None, scripts))
+            scripts.append(ram_style_script(rtlil, ram_styles, top=name))
+        overrides["script_after_read"] = "\n".join(filter(None, scripts))
     with using_open_toolchain():
         return platform.build(top, name=name, do_build=False, **overrides)
 

@@ -136,8 +136,9 @@ class LookupEngine(wiring.Component):
         waits (results are the same): the pooler reads its accumulator operand a cycle early
         into a register (:mod:`hw.emb.pool`; the accumulators are LUT RAM there), and the
         issuer compares with the index and weight limits of the cycle before
-        (:class:`~hw.emb.gather.GatherIssuer`). Needs a multiplier of at least two stages.
-        Default False.
+        (:class:`~hw.emb.gather.GatherIssuer`), and each multiplier lane gets its own copy
+        of the pooler's operand choice and factor registers (:mod:`hw.fanout`). Needs a
+        multiplier of at least two stages. Default False.
 
     Members
     -------
@@ -299,7 +300,8 @@ class LookupEngine(wiring.Component):
             line_bits=self._line_bits, line_addr_width=law, out_depth=self._output_depth,
             add_stages=self._add_stages, mul_stages=self._mul_stages,
             shared_lanes=self._shared_lanes,
-            registered_accumulator_read=self._fpga_pipelining)
+            registered_accumulator_read=self._fpga_pipelining,
+            lane_replicas=self._fpga_pipelining)
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), pooler.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), pooler.add_lanes)

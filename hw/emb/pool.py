@@ -17,12 +17,17 @@ With ``registered_accumulator_read`` the adder's accumulator operand is read a c
 and held in a register, so the accumulators' read address (one register fanned out to every
 LUT RAM of a 512-bit line on an FPGA) does not also drive the adder's first stage; the price
 is one more cycle in that wait.
+
+With ``lane_replicas`` each of the 16 multiplier lanes gets its own register of the op's
+operand choice and of its factor (:func:`hw.fanout.replicated_register`), loaded in the same
+cycle as the shared ones, so no single register drives all 512 operand bits.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.fanout import replicated_register
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
 
@@ -57,12 +62,12 @@ class Pooler(wiring.Component):
         ``mul_stages`` and ``add_stages`` (see :class:`~hw.emb.engine.EmbeddingEngine`).
 
     ``registered_accumulator_read`` (default False): see the module docstring; it needs
-    ``mul_stages >= 2``.
+    ``mul_stages >= 2``. ``lane_replicas`` (default False): see the module docstring.
     """
 
     def __init__(self, *, op_layout, slot_bits, line_bits, line_addr_width, out_depth,
                  add_stages=None, mul_stages=None, shared_lanes=False,
-                 registered_accumulator_read=False):
+                 registered_accumulator_read=False, lane_replicas=False):
         self._op_layout = op_layout
         self._slot_bits = slot_bits
         self._line_bits = line_bits
@@ -76,6 +81,7 @@ class Pooler(wiring.Component):
         self._shared_lanes = bool(shared_lanes)
         # (Validated by LookupEngine.check_parameters, as the stages are.)
         self._registered_read = bool(registered_accumulator_read)
+        self._lane_replicas = bool(lane_replicas)
         lanes = {}
         if self._shared_lanes:
             lanes = {"mul_lanes": In(fp_lanes_signature(op="mul", lanes=LANES)),
@@ -176,12 +182,27 @@ class Pooler(wiring.Component):
             m.d.sync += [valid[k].eq(valid[k - 1]), stage[k].eq(stage[k - 1])]
 
         head = stage[0]
-        m.d.comb += [
-            mul.i.valid.eq(valid[0]),
-            mul.i.payload.a.eq(Mux(head.kind == OpKind.ROW, row_data,
-                                   Mux(head.kind == OpKind.SCALE, acc_early.data, 0))),
-            mul.i.payload.b.eq(factor.replicate(LANES)),
-        ]
+        m.d.comb += mul.i.valid.eq(valid[0])
+        if self._lane_replicas:
+            # The registers below hold what head.kind and factor hold, one copy per lane.
+            copies = {"copies": LANES}
+            uses_row = replicated_register(m, op.kind == OpKind.ROW, name="uses_row", **copies)
+            uses_acc = replicated_register(m, op.kind == OpKind.SCALE, name="uses_acc",
+                                           **copies)
+            factors = replicated_register(m, op.factor, name="factor", **copies)
+            for k in range(LANES):
+                lane = slice(32 * k, 32 * (k + 1))
+                m.d.comb += [
+                    mul.i.payload.a[k].eq(Mux(uses_row[k], row_data[lane],
+                                              Mux(uses_acc[k], acc_early.data[lane], 0))),
+                    mul.i.payload.b[k].eq(factors[k]),
+                ]
+        else:
+            m.d.comb += [
+                mul.i.payload.a.eq(Mux(head.kind == OpKind.ROW, row_data,
+                                       Mux(head.kind == OpKind.SCALE, acc_early.data, 0))),
+                mul.i.payload.b.eq(factor.replicate(LANES)),
+            ]
 
         middle = stage[mul_latency]
         if self._registered_read:

@@ -8,6 +8,7 @@ import pytest
 from boards import synth
 from boards.build import prepare_plan, synthesis_utilization
 from boards.platforms import BOARDS, get_board
+from hw.fanout import KEEP_REPLICAS_SCRIPT
 
 HAVE_FP = importlib.util.find_spec("hw.fp") is not None
 pytestmark = pytest.mark.skipif(not HAVE_FP, reason="hw.fp is not available")
@@ -29,6 +30,8 @@ def test_ulx3s_constraints():
     assert 'SITE "L4"' in files["top.lpf"]  # FTDI UART TX
     assert 'SITE "B2"' in files["top.lpf"]  # LED 0
     assert "--report report.json" in files["build_top.sh"]
+    # Every ECP5 build keeps per-lane register copies apart (hw/fanout.py).
+    assert KEEP_REPLICAS_SCRIPT in files["top.ys"].splitlines()
 
 
 def test_ecpix5_uses_rgb_leds():

@@ -1,0 +1,38 @@
+"""Registers copied per consumer, so that no single flip-flop drives a whole 512-bit datapath.
+
+On an FPGA a register that selects or feeds all 16 FP32 lanes is one net spread over the die,
+to lanes whose DSPs sit in different columns: on the ECP5 boards such nets took 10-14 ns of
+routing alone. Loading the same value into one register per lane splits that net in 16, each
+placed next to its lane.
+
+Synthesis merges flip-flops with the same inputs, which would undo this. Every copy therefore
+carries :data:`REPLICA_ATTRIBUTE`, and the board builds (:func:`boards.build.prepare_plan`) run
+:data:`KEEP_REPLICAS_SCRIPT`, which marks the flip-flops that drive such wires ``keep``. In
+simulation the copies are ordinary registers with the same value.
+"""
+
+from amaranth.hdl import Signal
+
+__all__ = ["KEEP_REPLICAS_SCRIPT", "REPLICA_ATTRIBUTE", "replicated_register"]
+
+#: Wire attribute of every copy made by :func:`replicated_register`.
+REPLICA_ATTRIBUTE = "trainingcxl_replica"
+
+#: Yosys command (after reading the design, before ``synth_*``): the ``$dff`` cells whose
+#: output is a replica wire are kept, so ``opt_merge`` does not fold the copies into one.
+KEEP_REPLICAS_SCRIPT = f"setattr -set keep 1 a:{REPLICA_ATTRIBUTE} %ci1:+$dff[Q] t:$dff %i"
+
+
+def replicated_register(m, value, *, copies, name, domain="sync"):
+    """``copies`` registers, each loaded with ``value`` every cycle of ``domain``: the same
+    timing as one register ``r.eq(value)``, for ``copies`` groups of consumers. Returns the
+    list of registers, named ``<name>_replica_<k>``."""
+    if not isinstance(copies, int) or copies < 1:
+        raise ValueError(f"Replica count must be a positive integer, not {copies!r}")
+    replicas = []
+    for k in range(copies):
+        replica = Signal.like(value, name=f"{name}_replica_{k}",
+                              attrs={REPLICA_ATTRIBUTE: 1})
+        m.d[domain] += replica.eq(value)
+        replicas.append(replica)
+    return replicas

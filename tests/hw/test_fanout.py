@@ -1,0 +1,81 @@
+"""Per-consumer register copies (hw/fanout.py): the same value as one register in simulation,
+and separate flip-flops after Yosys, which would otherwise merge them."""
+
+import json
+import subprocess
+
+import pytest
+from amaranth.back import rtlil
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from boards.toolchain import open_toolchain_available, open_toolchain_env
+from hw.fanout import KEEP_REPLICAS_SCRIPT, REPLICA_ATTRIBUTE, replicated_register
+
+COPIES = 4
+
+
+class _Gates(wiring.Component):
+    """Four 4-bit groups of ``a``, each gated by its own copy of the registered ``enable``."""
+
+    enable: In(1)
+    a: In(4 * COPIES)
+    y: Out(4 * COPIES)
+
+    def elaborate(self, platform):
+        m = Module()
+        copies = replicated_register(m, self.enable, copies=COPIES, name="enable")
+        for k, copy in enumerate(copies):
+            group = slice(4 * k, 4 * (k + 1))
+            m.d.comb += self.y[group].eq(self.a[group] & copy.replicate(4))
+        return m
+
+
+def test_copies_are_named_marked_and_load_together():
+    m = Module()
+    value = Signal(3)
+    copies = replicated_register(m, value, copies=3, name="factor")
+    assert [c.name for c in copies] == ["factor_replica_0", "factor_replica_1",
+                                        "factor_replica_2"]
+    assert all(c.attrs == {REPLICA_ATTRIBUTE: 1} and c.shape() == value.shape()
+               for c in copies)
+
+    dut = _Gates()
+
+    async def testbench(ctx):
+        ctx.set(dut.a, (1 << 4 * COPIES) - 1)
+        ctx.set(dut.enable, 1)
+        assert ctx.get(dut.y) == 0       # a register: the copies follow a cycle later
+        await ctx.tick()
+        assert ctx.get(dut.y) == (1 << 4 * COPIES) - 1
+        ctx.set(dut.enable, 0)
+        await ctx.tick()
+        assert ctx.get(dut.y) == 0
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+
+
+@pytest.mark.parametrize("copies", [0, -1, 2.0, None])
+def test_bad_replica_count(copies):
+    with pytest.raises(ValueError, match=rf"^Replica count must be a positive integer, "
+                                         rf"not {copies!r}$"):
+        replicated_register(Module(), Signal(), copies=copies, name="x")
+
+
+@pytest.mark.skipif(not open_toolchain_available(), reason="YoWASP toolchain not installed")
+@pytest.mark.parametrize(("keep", "flip_flops"), [(False, 1), (True, COPIES)])
+def test_yosys_keeps_the_copies_apart(tmp_path, keep, flip_flops):
+    (tmp_path / "top.il").write_text(rtlil.convert(_Gates(), name="top"))
+    (tmp_path / "top.ys").write_text("\n".join([
+        "read_rtlil top.il", *([KEEP_REPLICAS_SCRIPT] if keep else []),
+        "synth_ecp5 -top top", "tee -q -o stat.json stat -json", ""]))
+    env = open_toolchain_env()
+    subprocess.run([env["YOSYS"], "-q", "top.ys"], cwd=tmp_path, env=env, check=True)
+    cells = json.loads((tmp_path / "stat.json").read_text())["modules"]["\\top"][
+        "num_cells_by_type"]
+    assert cells["TRELLIS_FF"] == flip_flops
