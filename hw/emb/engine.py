@@ -16,6 +16,7 @@ from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.fanout import replicated_register
 from hw.fp import FPLanes
 from hw.mem.axi import AXI4Signature
 
@@ -28,7 +29,7 @@ from .layouts import (
     status_layout,
     table_layout,
 )
-from .lookup import LookupEngine, check_bool, check_int
+from .lookup import LANES, LookupEngine, check_bool, check_int
 
 __all__ = ["EmbeddingEngine", "update_engine_class"]
 
@@ -200,6 +201,9 @@ class EmbeddingEngine(wiring.Component):
 
         opcode_engine = {"lookup": Opcode.LOOKUP, "update": Opcode.UPDATE}
         owner = Signal(range(len(engines)))  # valid while a command runs
+        owner_next = Signal.like(owner)
+        m.d.comb += owner_next.eq(owner)
+        m.d.sync += owner.eq(owner_next)
         order = list(engines)
         reply = Signal(status_layout())
         command = self.cmd.payload
@@ -235,7 +239,8 @@ class EmbeddingEngine(wiring.Component):
                     with m.If(mine):
                         m.d.comb += self.cmd.ready.eq(engine.cmd.ready)
                         with m.If(self.cmd.valid & engine.cmd.ready):
-                            m.d.sync += [owner.eq(index), running.eq(command),
+                            m.d.comb += owner_next.eq(index)
+                            m.d.sync += [running.eq(command),
                                          running_deferred.eq(defer_now)]
                             m.next = "Busy"
                 with m.If(~served):
@@ -290,7 +295,14 @@ class EmbeddingEngine(wiring.Component):
                     Mux(selected, getattr(self.axi, signal), 0))
 
         if self._shared_lanes:
-            self._share_lanes(m, engines, owner == order.index("update"))
+            update_index = order.index("update")
+            if self._lookup_params["fpga_pipelining"]:
+                # The owner per lane: no single register selects all 2,048 operand bits.
+                lane_owners = replicated_register(m, owner_next == update_index,
+                                                  copies=LANES, name="update_owns")
+            else:
+                lane_owners = [owner == update_index] * LANES
+            self._share_lanes(m, engines, owner == update_index, lane_owners)
 
         counters = counters_layout()
         for field_name, _ in counters:
@@ -298,9 +310,10 @@ class EmbeddingEngine(wiring.Component):
                 sum(getattr(engine.counters, field_name) for engine in engines.values()))
         return m
 
-    def _share_lanes(self, m, engines, update_owns):
+    def _share_lanes(self, m, engines, update_owns, lane_owners):
         """One multiplier and one adder, driven by the engine that runs the command; each
-        engine sees results only while it is the owner (the other's pipeline is empty)."""
+        engine sees results only while it is the owner (the other's pipeline is empty).
+        ``lane_owners[k]`` is ``update_owns`` for lane ``k``'s operands."""
         lookup, update = engines["lookup"], engines["update"]
         mul_tag, add_tag = update.lanes_tag_widths
         units = {
@@ -311,17 +324,17 @@ class EmbeddingEngine(wiring.Component):
             m.submodules[f"shared_{op}"] = unit
             from_lookup = getattr(lookup, f"{op}_lanes")
             from_update = getattr(update, f"{op}_lanes")
-            with m.If(update_owns):
-                m.d.comb += [unit.i.valid.eq(from_update.i.valid),
-                             unit.i.payload.eq(from_update.i.payload)]
-            with m.Else():
+            operands, mine, theirs = unit.i.payload, from_update.i.payload, from_lookup.i.payload
+            m.d.comb += unit.i.valid.eq(Mux(update_owns, from_update.i.valid,
+                                            from_lookup.i.valid))
+            for k, owns in enumerate(lane_owners):
+                m.d.comb += [operands.a[k].eq(Mux(owns, mine.a[k], theirs.a[k])),
+                             operands.b[k].eq(Mux(owns, mine.b[k], theirs.b[k]))]
+            if op == "add":
+                m.d.comb += operands.sub.eq(Mux(update_owns, mine.sub, theirs.sub))
+            if unit.tag_width:
                 # The lookup engine's operands carry no tag (it stays 0).
-                operands = unit.i.payload
-                m.d.comb += [unit.i.valid.eq(from_lookup.i.valid),
-                             operands.a.eq(from_lookup.i.payload.a),
-                             operands.b.eq(from_lookup.i.payload.b)]
-                if op == "add":
-                    m.d.comb += operands.sub.eq(from_lookup.i.payload.sub)
+                m.d.comb += operands.tag.eq(Mux(update_owns, mine.tag, 0))
             m.d.comb += [
                 from_update.o.valid.eq(unit.o.valid & update_owns),
                 from_update.o.payload.eq(unit.o.payload),
