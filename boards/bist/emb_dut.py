@@ -72,7 +72,7 @@ def _update_engine(params):
 
     names = ("max_tables", "max_dim", "num_regions", "addr_width", "id_width",
              "max_unique_rows", "relaxed_lookup", "correction_bags", "add_stages",
-             "mul_stages")
+             "mul_stages", "fpga_pipelining")
     return UpdateEngine(**{k: params[k] for k in names if k in params},
                         outstanding_reads=params["update_outstanding_reads"])
 

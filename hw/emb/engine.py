@@ -90,8 +90,9 @@ class EmbeddingEngine(wiring.Component):
     mean_reciprocal : ``"pipelined"`` or ``"sequential"``
         The lookup's MEAN factor divider (:class:`~hw.emb.lookup.LookupEngine`).
     fpga_pipelining : bool
-        The lookup's registers for FPGA clock rates (:class:`~hw.emb.lookup.LookupEngine`;
-        default False).
+        Registers for FPGA clock rates in both engines (:class:`~hw.emb.lookup.LookupEngine`,
+        :class:`~hw.emb.update.UpdateEngine`) and, with ``shared_lanes``, a copy of the lane
+        owner per lane (:mod:`hw.fanout`); default False.
     shared_lanes : bool
         One multiplier and one adder (16 lanes each) for both engines (default True), or a
         set each (False: the engines as they are alone).
@@ -150,7 +151,7 @@ class EmbeddingEngine(wiring.Component):
             write_buffer_lines=update_write_buffer, relaxed_lookup=relaxed_lookup,
             correction_bags=correction_bags, correction_contexts=correction_contexts,
             correction_queue_depth=correction_queue_depth, delta_lanes=delta_lanes,
-            add_stages=add_stages, mul_stages=mul_stages)
+            add_stages=add_stages, mul_stages=mul_stages, fpga_pipelining=fpga_pipelining)
         # Built now so that the update engine's own parameter checks run in this constructor.
         update_class = update_engine_class()
         # (Without an update engine there is nothing to share.)

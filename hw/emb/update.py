@@ -148,6 +148,10 @@ class UpdateEngine(wiring.Component):
         lookup waits: sharing the adder, each line takes it twice and the apply runs at half
         rate. ``None`` or False: shared (the smaller design: the lanes are about 13,700 LUT4
         on an ECP5, ``fp_lanes16_add`` in the README); True needs ``relaxed_lookup``.
+    fpga_pipelining : bool
+        Registers that FPGA builds need: each adder lane chooses its operand with its own
+        copy of the job register (:mod:`hw.fanout`). Results and timing are the same.
+        Default False.
 
     Members
     -------
@@ -185,7 +189,7 @@ class UpdateEngine(wiring.Component):
                  max_unique_rows=64, mul_stages=None, add_stages=None, outstanding_reads=16,
                  shared_lanes=False, write_buffer_lines=None, relaxed_lookup=True,
                  correction_bags=None, correction_contexts=None, correction_queue_depth=None,
-                 delta_lanes=None):
+                 delta_lanes=None, fpga_pipelining=False):
         _check_int(max_tables, 1, 255, "Table count limit must be an integer in 1..255")
         if (not isinstance(max_dim, int) or isinstance(max_dim, bool)
                 or not 16 <= max_dim <= 65520 or max_dim % 16):
@@ -242,6 +246,8 @@ class UpdateEngine(wiring.Component):
             raise ValueError("Delta lanes need the relaxed lookup: without it delta_lanes must "
                              "be None or False, not True")
         self._delta_lanes = bool(delta_lanes)
+        check_bool("FPGA pipelining", fpga_pipelining)
+        self._fpga_pipelining = fpga_pipelining
         self._max_tables = max_tables
         self._max_dim = max_dim
         self._num_regions = num_regions
@@ -420,7 +426,7 @@ class UpdateEngine(wiring.Component):
             write_depth=self._write_buffer_lines, cached_bags=self._correction_bags,
             corrections=relaxed, correction_contexts=self._correction_contexts,
             correction_queue_depth=self._correction_queue_depth,
-            delta_lanes=self._delta_lanes))
+            delta_lanes=self._delta_lanes, lane_replicas=self._fpga_pipelining))
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), datapath.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)

@@ -34,6 +34,7 @@ from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from hw.fanout import replicated_register
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
 
@@ -116,6 +117,9 @@ class UpdateDatapath(wiring.Component):
         Apply's ``new - old`` runs on sixteen adder lanes of its own, so apply takes a row line
         every cycle with ``keep_deltas`` too (default False: it takes the shared adder a
         second time, one line every other cycle). Needs ``corrections``.
+    lane_replicas : bool
+        Each adder lane chooses its operand with its own copy of the held product's job
+        (:func:`hw.fanout.replicated_register`), for FPGA builds (default False).
 
     Members
     -------
@@ -152,7 +156,7 @@ class UpdateDatapath(wiring.Component):
     def __init__(self, *, capacity, lines_per_slot, line_address_width, mul_stages=None,
                  add_stages=None, write_depth=None, shared_lanes=False, cached_bags=0,
                  corrections=True, correction_contexts=1, correction_queue_depth=16,
-                 delta_lanes=False):
+                 delta_lanes=False, lane_replicas=False):
         if cached_bags and not corrections:
             raise ValueError(f"A bag store needs the corrections: cached_bags must be 0 "
                              f"without them, not {cached_bags!r}")
@@ -171,6 +175,7 @@ class UpdateDatapath(wiring.Component):
             raise ValueError("Delta lanes need the corrections: delta_lanes must be False "
                              "without them")
         self._delta_lanes = delta_lanes
+        self._lane_replicas = bool(lane_replicas)
         self._contexts = correction_contexts
         self._queue_depth = correction_queue_depth
         self._corrections = bool(corrections)
@@ -634,19 +639,26 @@ class UpdateDatapath(wiring.Component):
                     add_in_tag.job.eq(_Job.DELTA),
                     add_in_tag.buffer.eq(feedback.buffer),
                 ]
+        if self._lane_replicas:
+            # What held_tag.job and .fresh hold, one copy per adder lane.
+            held_jobs = replicated_register(m, product_tag.job, copies=_LANES, name="held_job")
+            held_fresh = replicated_register(m, product_tag.fresh, copies=_LANES,
+                                             name="held_fresh")
+        else:
+            held_jobs, held_fresh = [held_tag.job] * _LANES, [held_tag.fresh] * _LANES
         with m.If(~feedback_valid if shared_delta else 1):
-            with m.Switch(held_tag.job):
-                with m.Case(_Job.APPLY):
-                    m.d.comb += [add_in.a.eq(held_tag.row), add_in.sub.eq(1)]
+            correction_line = bag[held_tag.buffer] if self._corrections else None
+            for k in range(_LANES):
+                lane = slice(32 * k, 32 * (k + 1))
+                operand = Mux(held_fresh[k], 0, buffer_read.data[lane])
                 if self._corrections:
-                    with m.Case(_Job.CORRECT):
-                        m.d.comb += add_in.a.eq(bag[held_tag.buffer])
-                    with m.Case(_Job.SCALE):
-                        m.d.comb += add_in.a.eq(_NEGATIVE_ZERO_LINE)
-                with m.Default():
-                    m.d.comb += add_in.a.eq(Mux(held_tag.fresh, Const(0, LINE_BITS),
-                                                buffer_read.data))
+                    operand = Mux(held_jobs[k] == _Job.CORRECT, correction_line[lane],
+                                  Mux(held_jobs[k] == _Job.SCALE,
+                                      _NEGATIVE_ZERO_LINE[lane], operand))
+                m.d.comb += add_in.a[k].eq(Mux(held_jobs[k] == _Job.APPLY,
+                                               held_tag.row[lane], operand))
             m.d.comb += [
+                add_in.sub.eq(held_tag.job == _Job.APPLY),
                 adder.i.valid.eq(held_valid),
                 add_in.b.eq(held_product),
                 add_in_tag.job.eq(held_tag.job),

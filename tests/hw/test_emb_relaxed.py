@@ -162,9 +162,13 @@ def read_floats(image, address, count):
     return np.frombuffer(bytes(image[address:address + 4 * count]), dtype=np.float32).copy()
 
 
-@pytest.mark.parametrize("modes", [(PoolingMode.SUM, PoolingMode.MEAN),
-                                   (PoolingMode.WEIGHTED, PoolingMode.MEAN)])
-def test_deferred_lookup_is_corrected_by_the_update(modes):
+@pytest.mark.parametrize(("modes", "changes"), [
+    ((PoolingMode.SUM, PoolingMode.MEAN), {}),
+    ((PoolingMode.WEIGHTED, PoolingMode.MEAN), {}),
+    # The FPGA registers, the per-lane copies among them (hw/fanout.py): the same results.
+    ((PoolingMode.WEIGHTED, PoolingMode.MEAN), {"fpga_pipelining": True}),
+], ids=["sum-mean", "weighted-mean", "weighted-mean-fpga-pipelining"])
+def test_deferred_lookup_is_corrected_by_the_update(modes, changes):
     rng = np.random.default_rng(7 + modes[0].value)
     case = TwoBatches.draw(rng, modes)
     rows, dims, bags, tables, table_base = (case.rows, case.dims, case.bags, case.tables,
@@ -172,7 +176,7 @@ def test_deferred_lookup_is_corrected_by_the_update(modes):
     batches, image, gradient, descriptors = (case.batches, case.image, case.gradient,
                                              case.descriptors)
     row_floats = sum(dims)
-    engine = EmbeddingEngine(**PARAMS, max_unique_rows=16)
+    engine = EmbeddingEngine(**PARAMS, max_unique_rows=16, **changes)
     steps = [
         (command(Opcode.LOOKUP, 0, batches[0], bags, 2, "output"), 1),  # nothing owed: strict
         (command(Opcode.LOOKUP, 1, batches[1], bags, 2, "output"), 1),  # deferred

@@ -111,6 +111,13 @@ def test_delta_lanes_default_and_need_the_relaxed_lookup():
         UpdateEngine(delta_lanes=1)
 
 
+def test_fpga_pipelining_is_a_bool():
+    with pytest.raises(TypeError, match=r"^FPGA pipelining must be True or False, not 1$"):
+        UpdateEngine(fpga_pipelining=1)
+    with pytest.raises(TypeError, match=r"^FPGA pipelining must be True or False, not None$"):
+        UpdateEngine(fpga_pipelining=None)
+
+
 def test_derived_figures_and_ports():
     engine = UpdateEngine(max_tables=3, max_dim=96, num_regions=2, addr_width=40, id_width=5,
                           max_unique_rows=12, mul_stages=3, add_stages=4, outstanding_reads=6)
