@@ -118,8 +118,9 @@ class UpdateDatapath(wiring.Component):
         every cycle with ``keep_deltas`` too (default False: it takes the shared adder a
         second time, one line every other cycle). Needs ``corrections``.
     lane_replicas : bool
-        Each adder lane chooses its operand with its own copy of the held product's job
-        (:func:`hw.fanout.replicated_register`), for FPGA builds (default False).
+        Each multiplier and adder lane chooses its operands with its own copies of the
+        registers that choose them (:func:`hw.fanout.replicated_register`), for FPGA builds
+        (default False).
 
     Members
     -------
@@ -562,8 +563,6 @@ class UpdateDatapath(wiring.Component):
         ]
         with m.If(apply_ready):
             m.d.comb += [
-                mul_in.a.eq(Cat(*[self.lr] * _LANES)),
-                mul_in.b.eq(buffer_read.data),
                 mul_in_tag.job.eq(_Job.APPLY),
                 mul_in_tag.row.eq(apply_row),
                 mul_in_tag.address.eq(apply_address),
@@ -571,21 +570,36 @@ class UpdateDatapath(wiring.Component):
             ]
         if self._corrections:
             with m.Elif(correction_staged):
-                m.d.comb += [
-                    mul_in.a.eq(Mux(staged_job == _Job.CORRECT, buffer_read.data,
-                                    bag[staged_line])),
-                    mul_in.b.eq(Cat(*[staged_factor] * _LANES)),
-                    mul_in_tag.job.eq(staged_job),
-                    mul_in_tag.buffer.eq(staged_line),
-                ]
+                m.d.comb += [mul_in_tag.job.eq(staged_job), mul_in_tag.buffer.eq(staged_line)]
         with m.Else():
             m.d.comb += [
-                mul_in.a.eq(self.gradient.payload),
-                mul_in.b.eq(Cat(*[occurrence.scale] * _LANES)),
                 mul_in_tag.job.eq(_Job.ACCUMULATE),
                 mul_in_tag.fresh.eq(occurrence.fresh),
                 mul_in_tag.buffer.eq(target),
             ]
+        # The operands, lane by lane: with lane_replicas each lane has its own copy of the
+        # registers that choose them.
+        if self._lane_replicas:
+            applies = replicated_register(m, apply_go, copies=_LANES, name="apply_ready")
+        else:
+            applies = [apply_ready] * _LANES
+        if self._corrections:
+            staged_correction = bag[staged_line]
+            if self._lane_replicas:
+                corrections = replicated_register(m, correct_go | scale_go, copies=_LANES,
+                                                  name="correction_staged")
+            else:
+                corrections = [correction_staged] * _LANES
+        for k in range(_LANES):
+            lane = slice(32 * k, 32 * (k + 1))
+            a = self.gradient.payload[lane]
+            b = occurrence.scale
+            if self._corrections:
+                a = Mux(corrections[k], Mux(staged_job == _Job.CORRECT, buffer_read.data[lane],
+                                            staged_correction[lane]), a)
+                b = Mux(corrections[k], staged_factor, b)
+            m.d.comb += [mul_in.a[k].eq(Mux(applies[k], self.lr, a)),
+                         mul_in.b[k].eq(Mux(applies[k], buffer_read.data[lane], b))]
 
         # The gradient buffer's one read port: the running sum for a product leaving the
         # multiplier (accumulate), a correction's delta, otherwise the sum for the row line
