@@ -38,6 +38,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .bist.emb_dut import ENGINES, TWO_STAGE_ENGINE_PARAMS
 from .build import (
     add_nextpnr_extra_argument,
     prepare_plan,
@@ -66,9 +67,8 @@ def make_bist_top(*, lanes=16, vectors=64, seed=0, clock_mhz=None):
                         clock_frequency=None if clock_mhz is None else clock_mhz * 1e6)
 
 
-#: What the ``emb`` design can hold (the keys of ``boards.bist.emb_dut.ENGINES``, which this
-#: module does not import before a design is made).
-EMB_ENGINES = ("embedding", "lookup", "update")
+#: What the ``emb`` design can hold.
+EMB_ENGINES = tuple(ENGINES)
 
 #: Design clock of the ``emb`` design: the ULX3S's own 25 MHz (the engine's control logic
 #: closes at about 26 MHz on ECP5; see boards/bist/emb_dut.py).
@@ -79,10 +79,8 @@ EMB_CLOCK_MHZ = 25.0
 #: :data:`boards.bist.emb_dut.ENGINE_DEFAULTS`. On the ECPIX-5 the defaults (four-stage FP
 #: units, ``fpga_pipelining``) do not route: router2 came down to 275 overused wires at
 #: iteration 27 and climbed back to 1,357 by iteration 66. The earlier configuration routes
-#: there and meets timing with 38.4 MHz (``boards.bist.emb_dut.TWO_STAGE_ENGINE_PARAMS``, not
-#: imported here before a design is made).
-EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": {"add_stages": 2, "mul_stages": 2,
-                                         "fpga_pipelining": False}}
+#: there and meets timing with 38.4 MHz.
+EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": TWO_STAGE_ENGINE_PARAMS}
 
 
 def make_emb_top(*, seed=0, clock_mhz=None, engine="embedding", engine_params=None):

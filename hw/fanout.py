@@ -13,7 +13,7 @@ simulation the copies are ordinary registers with the same value.
 
 from amaranth.hdl import Signal
 
-__all__ = ["KEEP_REPLICAS_SCRIPT", "REPLICA_ATTRIBUTE", "replicated_register"]
+__all__ = ["KEEP_REPLICAS_SCRIPT", "REPLICA_ATTRIBUTE", "lane_copies", "replicated_register"]
 
 #: Wire attribute of every copy made by :func:`replicated_register`.
 REPLICA_ATTRIBUTE = "trainingcxl_replica"
@@ -27,8 +27,7 @@ def replicated_register(m, value, *, copies, name, domain="sync"):
     """``copies`` registers, each loaded with ``value`` every cycle of ``domain``: the same
     timing as one register ``r.eq(value)``, for ``copies`` groups of consumers. Returns the
     list of registers, named ``<name>_replica_<k>``."""
-    if not isinstance(copies, int) or copies < 1:
-        raise ValueError(f"Replica count must be a positive integer, not {copies!r}")
+    _check_copies(copies)
     replicas = []
     for k in range(copies):
         replica = Signal.like(value, name=f"{name}_replica_{k}",
@@ -36,3 +35,18 @@ def replicated_register(m, value, *, copies, name, domain="sync"):
         m.d[domain] += replica.eq(value)
         replicas.append(replica)
     return replicas
+
+
+def lane_copies(m, next_value, current, *, copies, name, replicate, domain="sync"):
+    """What the register ``current`` holds, once per consumer: with ``replicate``,
+    ``copies`` registers loaded from ``next_value`` (what ``current`` holds one cycle later,
+    so every copy equals ``current``); without it, ``current`` itself ``copies`` times."""
+    _check_copies(copies)
+    if replicate:
+        return replicated_register(m, next_value, copies=copies, name=name, domain=domain)
+    return [current] * copies
+
+
+def _check_copies(copies):
+    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
+        raise ValueError(f"Replica count must be a positive integer, not {copies!r}")

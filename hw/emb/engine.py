@@ -16,7 +16,7 @@ from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.fanout import replicated_register
+from hw.fanout import lane_copies
 from hw.fp import FPLanes
 from hw.mem.axi import AXI4Signature
 
@@ -142,6 +142,7 @@ class EmbeddingEngine(wiring.Component):
             add_stages=add_stages, mul_stages=mul_stages, mean_reciprocal=mean_reciprocal,
             fpga_pipelining=fpga_pipelining)
         LookupEngine.check_parameters(**self._lookup_params)
+        self._fpga_pipelining = fpga_pipelining
         self._update_params = dict(
             max_tables=max_tables, max_dim=max_dim, num_regions=num_regions,
             addr_width=addr_width, id_width=id_width,
@@ -297,12 +298,11 @@ class EmbeddingEngine(wiring.Component):
 
         if self._shared_lanes:
             update_index = order.index("update")
-            if self._lookup_params["fpga_pipelining"]:
-                # The owner per lane: no single register selects all 2,048 operand bits.
-                lane_owners = replicated_register(m, owner_next == update_index,
-                                                  copies=LANES, name="update_owns")
-            else:
-                lane_owners = [owner == update_index] * LANES
+            # The owner per lane: with fpga_pipelining no single register selects all 2,048
+            # operand bits.
+            lane_owners = lane_copies(m, owner_next == update_index, owner == update_index,
+                                      copies=LANES, name="update_owns",
+                                      replicate=self._fpga_pipelining)
             self._share_lanes(m, engines, owner == update_index, lane_owners)
 
         counters = counters_layout()

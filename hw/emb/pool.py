@@ -19,7 +19,7 @@ LUT RAM of a 512-bit line on an FPGA) does not also drive the adder's first stag
 is one more cycle in that wait.
 
 With ``lane_replicas`` each of the 16 multiplier lanes gets its own register of the op's
-operand choice and of its factor (:func:`hw.fanout.replicated_register`), loaded in the same
+operand choice and of its factor (:func:`hw.fanout.lane_copies`), loaded in the same
 cycle as the shared ones, so no single register drives all 512 operand bits.
 """
 
@@ -27,7 +27,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.fanout import replicated_register
+from hw.fanout import lane_copies
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
 
@@ -183,25 +183,20 @@ class Pooler(wiring.Component):
 
         head = stage[0]
         m.d.comb += mul.i.valid.eq(valid[0])
-        if self._lane_replicas:
-            # The registers below hold what head.kind and factor hold, one copy per lane.
-            copies = {"copies": LANES}
-            uses_row = replicated_register(m, op.kind == OpKind.ROW, name="uses_row", **copies)
-            uses_acc = replicated_register(m, op.kind == OpKind.SCALE, name="uses_acc",
-                                           **copies)
-            factors = replicated_register(m, op.factor, name="factor", **copies)
-            for k in range(LANES):
-                lane = slice(32 * k, 32 * (k + 1))
-                m.d.comb += [
-                    mul.i.payload.a[k].eq(Mux(uses_row[k], row_data[lane],
-                                              Mux(uses_acc[k], acc_early.data[lane], 0))),
-                    mul.i.payload.b[k].eq(factors[k]),
-                ]
-        else:
+        # The operand choice and factor, lane by lane: with lane_replicas each lane has its own
+        # copy of the registers (head.kind, factor) that hold them.
+        copies = {"copies": LANES, "replicate": self._lane_replicas}
+        uses_row = lane_copies(m, op.kind == OpKind.ROW, head.kind == OpKind.ROW,
+                               name="uses_row", **copies)
+        uses_acc = lane_copies(m, op.kind == OpKind.SCALE, head.kind == OpKind.SCALE,
+                               name="uses_acc", **copies)
+        factors = lane_copies(m, op.factor, factor, name="factor", **copies)
+        for k in range(LANES):
+            lane = slice(32 * k, 32 * (k + 1))
             m.d.comb += [
-                mul.i.payload.a.eq(Mux(head.kind == OpKind.ROW, row_data,
-                                       Mux(head.kind == OpKind.SCALE, acc_early.data, 0))),
-                mul.i.payload.b.eq(factor.replicate(LANES)),
+                mul.i.payload.a[k].eq(Mux(uses_row[k], row_data[lane],
+                                          Mux(uses_acc[k], acc_early.data[lane], 0))),
+                mul.i.payload.b[k].eq(factors[k]),
             ]
 
         middle = stage[mul_latency]
@@ -214,12 +209,22 @@ class Pooler(wiring.Component):
             m.d.comb += acc_late.addr.eq(address(stage[mul_latency - 1]))
         m.d.comb += [
             add.i.valid.eq(valid[mul_latency]),
-            add.i.payload.a.eq(
-                Mux(middle.kind == OpKind.ROW, Mux(middle.first, 0, accumulated),
-                    Mux(middle.kind == OpKind.SCALE, _NEGATIVE_ZERO_LINE, 0))),
             add.i.payload.b.eq(mul.o.payload),
             add.i.payload.sub.eq(0),
         ]
+        # The adder's operand: the accumulator for a row after the first, -0.0 for a SCALE
+        # (x * r + -0.0 is x * r, signed zeros included), else 0.
+        before = stage[mul_latency - 1]
+        adds_acc = lane_copies(m, (before.kind == OpKind.ROW) & ~before.first,
+                               (middle.kind == OpKind.ROW) & ~middle.first,
+                               name="adds_accumulator", **copies)
+        adds_neg = lane_copies(m, before.kind == OpKind.SCALE, middle.kind == OpKind.SCALE,
+                               name="adds_negative_zero", **copies)
+        for k in range(LANES):
+            lane = slice(32 * k, 32 * (k + 1))
+            m.d.comb += add.i.payload.a[k].eq(
+                Mux(adds_acc[k], accumulated[lane],
+                    Mux(adds_neg[k], _NEGATIVE_ZERO_LINE[lane], 0)))
 
         tail = stage[depth]
         result = add.o.payload.as_value()

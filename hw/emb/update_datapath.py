@@ -34,7 +34,7 @@ from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.fanout import replicated_register
+from hw.fanout import lane_copies
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
 
@@ -119,7 +119,7 @@ class UpdateDatapath(wiring.Component):
         second time, one line every other cycle). Needs ``corrections``.
     lane_replicas : bool
         Each multiplier and adder lane chooses its operands with its own copies of the
-        registers that choose them (:func:`hw.fanout.replicated_register`), for FPGA builds
+        registers that choose them (:func:`hw.fanout.lane_copies`), for FPGA builds
         (default False).
 
     Members
@@ -579,17 +579,12 @@ class UpdateDatapath(wiring.Component):
             ]
         # The operands, lane by lane: with lane_replicas each lane has its own copy of the
         # registers that choose them.
-        if self._lane_replicas:
-            applies = replicated_register(m, apply_go, copies=_LANES, name="apply_ready")
-        else:
-            applies = [apply_ready] * _LANES
+        copies = {"copies": _LANES, "replicate": self._lane_replicas}
+        applies = lane_copies(m, apply_go, apply_ready, name="apply_ready", **copies)
         if self._corrections:
             staged_correction = bag[staged_line]
-            if self._lane_replicas:
-                corrections = replicated_register(m, correct_go | scale_go, copies=_LANES,
-                                                  name="correction_staged")
-            else:
-                corrections = [correction_staged] * _LANES
+            corrections = lane_copies(m, correct_go | scale_go, correction_staged,
+                                      name="correction_staged", **copies)
         for k in range(_LANES):
             lane = slice(32 * k, 32 * (k + 1))
             a = self.gradient.payload[lane]
@@ -653,13 +648,10 @@ class UpdateDatapath(wiring.Component):
                     add_in_tag.job.eq(_Job.DELTA),
                     add_in_tag.buffer.eq(feedback.buffer),
                 ]
-        if self._lane_replicas:
-            # What held_tag.job and .fresh hold, one copy per adder lane.
-            held_jobs = replicated_register(m, product_tag.job, copies=_LANES, name="held_job")
-            held_fresh = replicated_register(m, product_tag.fresh, copies=_LANES,
-                                             name="held_fresh")
-        else:
-            held_jobs, held_fresh = [held_tag.job] * _LANES, [held_tag.fresh] * _LANES
+        # What held_tag.job and .fresh hold, per adder lane.
+        held_jobs = lane_copies(m, product_tag.job, held_tag.job, name="held_job", **copies)
+        held_fresh = lane_copies(m, product_tag.fresh, held_tag.fresh, name="held_fresh",
+                                 **copies)
         with m.If(~feedback_valid if shared_delta else 1):
             correction_line = bag[held_tag.buffer] if self._corrections else None
             for k in range(_LANES):

@@ -12,7 +12,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from boards.toolchain import open_toolchain_available, open_toolchain_env
-from hw.fanout import KEEP_REPLICAS_SCRIPT, REPLICA_ATTRIBUTE, replicated_register
+from hw.fanout import KEEP_REPLICAS_SCRIPT, REPLICA_ATTRIBUTE, lane_copies, replicated_register
 
 COPIES = 4
 
@@ -60,11 +60,23 @@ def test_copies_are_named_marked_and_load_together():
     sim.run()
 
 
-@pytest.mark.parametrize("copies", [0, -1, 2.0, None])
-def test_bad_replica_count(copies):
-    with pytest.raises(ValueError, match=rf"^Replica count must be a positive integer, "
-                                         rf"not {copies!r}$"):
+def test_lane_copies_are_the_register_itself_without_replicate():
+    m = Module()
+    current, next_value = Signal(2), Signal(2)
+    assert lane_copies(m, next_value, current, copies=3, name="x", replicate=False) \
+        == [current] * 3
+    replicas = lane_copies(m, next_value, current, copies=3, name="x", replicate=True)
+    assert [r.name for r in replicas] == ["x_replica_0", "x_replica_1", "x_replica_2"]
+
+
+@pytest.mark.parametrize("copies", [0, -1, 2.0, None, True])
+@pytest.mark.parametrize("replicate", [False, True])
+def test_bad_replica_count(copies, replicate):
+    message = rf"^Replica count must be a positive integer, not {copies!r}$"
+    with pytest.raises(ValueError, match=message):
         replicated_register(Module(), Signal(), copies=copies, name="x")
+    with pytest.raises(ValueError, match=message):
+        lane_copies(Module(), Signal(), Signal(), copies=copies, name="x", replicate=replicate)
 
 
 @pytest.mark.skipif(not open_toolchain_available(), reason="YoWASP toolchain not installed")
