@@ -136,8 +136,9 @@ class LookupEngine(wiring.Component):
         waits (results are the same): the pooler reads its accumulator operand a cycle early
         into a register (:mod:`hw.emb.pool`; the accumulators are LUT RAM there), and the
         issuer compares with the index and weight limits of the cycle before
-        (:class:`~hw.emb.gather.GatherIssuer`), and each multiplier lane gets its own copy
-        of the pooler's operand choice and factor registers (:mod:`hw.fanout`). Needs a
+        (:class:`~hw.emb.gather.GatherIssuer`); each FP lane gets its own copy of the
+        pooler's operand choice and factor registers, and each 32-bit lane of the offset and
+        index line streams its own copy of their read pointer (:mod:`hw.fanout`). Needs a
         multiplier of at least two stages. Default False.
 
     Members
@@ -281,9 +282,11 @@ class LookupEngine(wiring.Component):
         }
         for name, window in windows.items():
             m.submodules[f"{name}_window"] = window
-        m.submodules.offsets_check = offsets_check = LinePrefetch()
-        m.submodules.offsets_use = offsets_use = LinePrefetch()
-        m.submodules.indices_check = indices_check = LinePrefetch()
+        # With fpga_pipelining each 32-bit lane of a line is picked by its own pointer copy.
+        pointer_copies = LANES if self._fpga_pipelining else 1
+        m.submodules.offsets_check = offsets_check = LinePrefetch(pointer_copies=pointer_copies)
+        m.submodules.offsets_use = offsets_use = LinePrefetch(pointer_copies=pointer_copies)
+        m.submodules.indices_check = indices_check = LinePrefetch(pointer_copies=pointer_copies)
         m.submodules.offsets_validator = offsets_validator = OffsetsValidator(
             max_tables=self._max_tables)
         m.submodules.index_validator = index_validator = IndexValidator(

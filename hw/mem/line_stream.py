@@ -14,6 +14,8 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from hw.fanout import lane_copies
+
 __all__ = ["LinePrefetch", "LineStream"]
 
 COUNT_WIDTH = 32
@@ -139,12 +141,25 @@ class LinePrefetch(wiring.Component):
     addr : ``Out(32)``, data : ``In(line_width)``
         The window read port.
     lines : ``Out(stream.Signature(line_width))``
+
+    Parameters
+    ----------
+    line_width : int
+    pointer_copies : int
+        The read pointer that picks a buffered line for ``lines.payload`` is held in this many
+        registers, each choosing an equal part of the line (:func:`hw.fanout.lane_copies`):
+        on an FPGA one pointer steering all 512 bits is a net spread over the die.
     """
 
     DEPTH = 3
 
-    def __init__(self, *, line_width=512):
+    def __init__(self, *, line_width=512, pointer_copies=1):
+        if (not isinstance(pointer_copies, int) or isinstance(pointer_copies, bool)
+                or pointer_copies < 1 or line_width % pointer_copies):
+            raise ValueError(f"Pointer copies must be a positive integer that divides the "
+                             f"line width {line_width}, not {pointer_copies!r}")
         self._line_width = line_width
+        self._pointer_copies = pointer_copies
         super().__init__({
             "restart": In(1),
             "first": In(COUNT_WIDTH),
@@ -172,28 +187,37 @@ class LinePrefetch(wiring.Component):
             self.addr.eq(fetch_ptr),
             self.lines.valid.eq(level != 0),
         ]
-        with m.Switch(out_ptr):
-            for k in range(depth):
-                with m.Case(k):
-                    m.d.comb += self.lines.payload.eq(slots[k])
-
         pop = self.lines.valid & self.lines.ready
+        out_ptr_next = Signal(range(depth))
+        m.d.comb += out_ptr_next.eq(out_ptr)
+        with m.If(self.restart):
+            m.d.comb += out_ptr_next.eq(0)
+        with m.Elif(pop):
+            m.d.comb += out_ptr_next.eq(_wrap_increment(out_ptr, depth))
+        m.d.sync += out_ptr.eq(out_ptr_next)
+        part = self._line_width // self._pointer_copies
+        pointers = lane_copies(m, out_ptr_next, out_ptr, copies=self._pointer_copies,
+                               name="out_ptr", replicate=self._pointer_copies > 1)
+        for j, pointer in enumerate(pointers):
+            bits = slice(part * j, part * (j + 1))
+            with m.Switch(pointer):
+                for k in range(depth):
+                    with m.Case(k):
+                        m.d.comb += self.lines.payload[bits].eq(slots[k][bits])
+
         with m.If(in_flight):
             with m.Switch(in_ptr):
                 for k in range(depth):
                     with m.Case(k):
                         m.d.sync += slots[k].eq(self.data)
         with m.If(self.restart):
-            m.d.sync += [fetch_ptr.eq(self.first), level.eq(0), in_flight.eq(0),
-                         out_ptr.eq(0), in_ptr.eq(0)]
+            m.d.sync += [fetch_ptr.eq(self.first), level.eq(0), in_flight.eq(0), in_ptr.eq(0)]
         with m.Else():
             m.d.sync += [in_flight.eq(issue), level.eq(level + in_flight - pop)]
             with m.If(issue):
                 m.d.sync += fetch_ptr.eq(fetch_ptr + 1)
             with m.If(in_flight):
                 m.d.sync += in_ptr.eq(_wrap_increment(in_ptr, depth))
-            with m.If(pop):
-                m.d.sync += out_ptr.eq(_wrap_increment(out_ptr, depth))
         return m
 
 

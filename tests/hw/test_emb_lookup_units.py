@@ -143,13 +143,14 @@ def test_reorder_buffer_rejects_bad_depth():
 
 # ------------------------------------------------------------- line stream and prefetch
 
-def test_line_stream_respects_its_window_and_lands_in_order():
+@pytest.mark.parametrize("pointer_copies", [1, 4])
+def test_line_stream_respects_its_window_and_lands_in_order(pointer_copies):
     from amaranth.hdl import Module
 
     capacity = 4
     m = Module()
     m.submodules.stream = window = LineStream(capacity=capacity, addr_width=20, line_width=32)
-    m.submodules.prefetch = prefetch = LinePrefetch(line_width=32)
+    m.submodules.prefetch = prefetch = LinePrefetch(line_width=32, pointer_copies=pointer_copies)
     m.d.comb += [window.check_addr.eq(prefetch.addr), prefetch.data.eq(window.check_data),
                  prefetch.limit.eq(window.written)]
     draw = random.Random(5)
@@ -191,6 +192,13 @@ def test_line_stream_respects_its_window_and_lands_in_order():
 
     simulate(m, control, memory, consumer)
     assert got == [(100 + k) * 7 for k in range(count)]
+
+
+@pytest.mark.parametrize("copies", [0, 3, True, 2.0])
+def test_line_prefetch_pointer_copies_must_divide_the_line(copies):
+    with pytest.raises(ValueError, match=rf"^Pointer copies must be a positive integer that "
+                                         rf"divides the line width 32, not {copies!r}$"):
+        LinePrefetch(line_width=32, pointer_copies=copies)
 
 
 # ------------------------------------------------------------------------ validators
