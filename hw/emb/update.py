@@ -149,9 +149,10 @@ class UpdateEngine(wiring.Component):
         rate. ``None`` or False: shared (the smaller design: the lanes are about 13,700 LUT4
         on an ECP5, ``fp_lanes16_add`` in the README); True needs ``relaxed_lookup``.
     fpga_pipelining : bool
-        Registers that FPGA builds need: each adder lane chooses its operand with its own
-        copy of the job register (:mod:`hw.fanout`). Results and timing are the same.
-        Default False.
+        Registers that FPGA builds need: each multiplier and adder lane chooses its operands
+        with its own copies of the registers that choose them (:mod:`hw.fanout`), and the
+        multiplier's operands pass a register of their own (a cycle more of latency).
+        Results are the same. Default False.
 
     Members
     -------
@@ -202,12 +203,15 @@ class UpdateEngine(wiring.Component):
                    "Unique-row capacity must be an integer in 1..1024")
         self._mul_stages = _check_stages(mul_stages, FPMul, "Multiplier")
         self._add_stages = _check_stages(add_stages, FPAdd, "Adder")
+        check_bool("FPGA pipelining", fpga_pipelining)
+        self._fpga_pipelining = fpga_pipelining
         _check_int(outstanding_reads, 4, 256,
                    "Outstanding reads must be an integer in 4..256")
         if write_buffer_lines is not None:
             _check_int(write_buffer_lines, 1, 65536,
                        "Write buffer must be None or an integer in 1..65536")
-            least = self._mul_stages + self._add_stages + 5   # apply latency + 3
+            # The apply latency + 3 (fpga_pipelining registers the multiplier's operands).
+            least = self._mul_stages + self._fpga_pipelining + self._add_stages + 5
             if write_buffer_lines < least:
                 raise ValueError(f"Write buffer must be at least {least} lines (the apply "
                                  f"latency + 3), not {write_buffer_lines}")
@@ -246,8 +250,6 @@ class UpdateEngine(wiring.Component):
             raise ValueError("Delta lanes need the relaxed lookup: without it delta_lanes must "
                              "be None or False, not True")
         self._delta_lanes = bool(delta_lanes)
-        check_bool("FPGA pipelining", fpga_pipelining)
-        self._fpga_pipelining = fpga_pipelining
         self._max_tables = max_tables
         self._max_dim = max_dim
         self._num_regions = num_regions
@@ -426,7 +428,8 @@ class UpdateEngine(wiring.Component):
             write_depth=self._write_buffer_lines, cached_bags=self._correction_bags,
             corrections=relaxed, correction_contexts=self._correction_contexts,
             correction_queue_depth=self._correction_queue_depth,
-            delta_lanes=self._delta_lanes, lane_replicas=self._fpga_pipelining))
+            delta_lanes=self._delta_lanes, lane_replicas=self._fpga_pipelining,
+            registered_operands=self._fpga_pipelining))
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), datapath.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)

@@ -121,6 +121,10 @@ class UpdateDatapath(wiring.Component):
         Each multiplier and adder lane chooses its operands with its own copies of the
         registers that choose them (:func:`hw.fanout.lane_copies`), for FPGA builds
         (default False).
+    registered_operands : bool
+        The multiplier's operands (chosen lane by lane) pass a register before the
+        multiplier, so that a choice's inputs from across the engine reach the lanes in a
+        cycle of their own (default False). :attr:`mul_latency` counts it.
 
     Members
     -------
@@ -157,7 +161,7 @@ class UpdateDatapath(wiring.Component):
     def __init__(self, *, capacity, lines_per_slot, line_address_width, mul_stages=None,
                  add_stages=None, write_depth=None, shared_lanes=False, cached_bags=0,
                  corrections=True, correction_contexts=1, correction_queue_depth=16,
-                 delta_lanes=False, lane_replicas=False):
+                 delta_lanes=False, lane_replicas=False, registered_operands=False):
         if cached_bags and not corrections:
             raise ValueError(f"A bag store needs the corrections: cached_bags must be 0 "
                              f"without them, not {cached_bags!r}")
@@ -177,6 +181,7 @@ class UpdateDatapath(wiring.Component):
                              "without them")
         self._delta_lanes = delta_lanes
         self._lane_replicas = bool(lane_replicas)
+        self._registered_operands = bool(registered_operands)
         self._contexts = correction_contexts
         self._queue_depth = correction_queue_depth
         self._corrections = bool(corrections)
@@ -291,7 +296,9 @@ class UpdateDatapath(wiring.Component):
 
     @property
     def mul_latency(self):
-        return self._mul_stages
+        """Cycles from choosing the multiplier's operands to its product: the multiplier's
+        stages, plus the operand register with ``registered_operands``."""
+        return self._mul_stages + self._registered_operands
 
     @property
     def add_latency(self):
@@ -321,7 +328,7 @@ class UpdateDatapath(wiring.Component):
             multiplier, adder = self.mul_lanes, self.add_lanes  # (used as a unit's ports)
         else:
             multiplier = m.submodules.multiplier = FPLanes(
-                op="mul", lanes=_LANES, stages=self.mul_latency, tag_width=mul_tag.size)
+                op="mul", lanes=_LANES, stages=self._mul_stages, tag_width=mul_tag.size)
             adder = m.submodules.adder = FPLanes(
                 op="add", lanes=_LANES, stages=self.add_latency, tag_width=add_tag.size)
         buffer = m.submodules.buffer = Memory(shape=LINE_BITS, depth=self.buffer_lines,
@@ -554,13 +561,16 @@ class UpdateDatapath(wiring.Component):
 
         # Multiplier input: an accumulation, an apply stage B or a correction stage 1, never
         # two at once (the engine runs one phase at a time).
-        mul_in = multiplier.i.payload
+        mul_valid = Signal()
+        mul_in = Signal(multiplier.i.payload.shape())
         mul_in_tag = Signal(mul_tag)
         m.d.comb += [
-            multiplier.i.valid.eq(accumulate_go | apply_ready |
-                                  (correction_staged if self._corrections else 0)),
+            mul_valid.eq(accumulate_go | apply_ready |
+                         (correction_staged if self._corrections else 0)),
             mul_in.tag.eq(mul_in_tag),
         ]
+        operand_domain = m.d.sync if self._registered_operands else m.d.comb
+        operand_domain += [multiplier.i.valid.eq(mul_valid), multiplier.i.payload.eq(mul_in)]
         with m.If(apply_ready):
             m.d.comb += [
                 mul_in_tag.job.eq(_Job.APPLY),

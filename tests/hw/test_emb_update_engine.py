@@ -111,6 +111,14 @@ def test_delta_lanes_default_and_need_the_relaxed_lookup():
         UpdateEngine(delta_lanes=1)
 
 
+def test_fpga_pipelining_counts_the_operand_register_in_the_write_buffer():
+    least = FPMul.DEFAULT_STAGES + FPAdd.DEFAULT_STAGES + 6
+    UpdateEngine(fpga_pipelining=True, write_buffer_lines=least)
+    with pytest.raises(ValueError, match=rf"^Write buffer must be at least {least} lines \(the "
+                                         rf"apply latency \+ 3\), not {least - 1}$"):
+        UpdateEngine(fpga_pipelining=True, write_buffer_lines=least - 1)
+
+
 def test_fpga_pipelining_is_a_bool():
     with pytest.raises(TypeError, match=r"^FPGA pipelining must be True or False, not 1$"):
         UpdateEngine(fpga_pipelining=1)
@@ -153,6 +161,10 @@ CORNERS = {
         max_tables=2, max_dim=32, num_regions=3, addr_width=24, id_width=1,
         max_unique_rows=2, mul_stages=2, add_stages=2, outstanding_reads=4,
         relaxed_lookup=False),
+    "capacity 2, FPGA pipelining": dict(
+        max_tables=2, max_dim=32, num_regions=3, addr_width=24, id_width=1,
+        max_unique_rows=2, mul_stages=2, add_stages=2, outstanding_reads=4,
+        fpga_pipelining=True),
 }
 
 

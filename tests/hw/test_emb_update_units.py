@@ -16,6 +16,7 @@ from hw.emb.update_reads import ReadRouter, WordReader
 from hw.emb.update_reciprocal import Reciprocal, reciprocal_bits
 from hw.emb.update_rows import UniqueRows
 from hw.emb.update_writes import WriteQueue
+from hw.fp import FPMul
 
 
 def simulate(dut, *testbenches, processes=(), deadline=100_000):
@@ -455,17 +456,20 @@ def _line_floats(value):
     return np.frombuffer(value.to_bytes(64, "little"), dtype=np.float32)
 
 
-@pytest.mark.parametrize("delta_lanes", [False, True])
-def test_datapath_apply_keeps_deltas_at_its_rate(delta_lanes):
+@pytest.mark.parametrize(("delta_lanes", "fpga"), [(False, False), (True, False),
+                                                   (False, True)])
+def test_datapath_apply_keeps_deltas_at_its_rate(delta_lanes, fpga):
     """Accumulate a gradient per slot, apply the SGD step with ``keep_deltas``, then add each
     slot's ``new - old`` to a bag (CORRECT, factor 1) and store it: the rows and the corrected
     bags are bit-exact, and the apply takes a row line every other cycle on the shared adder
     (in bursts of an adder latency + 1: the lines whose two adder cycles interleave) but
-    every cycle with delta lanes of its own."""
+    every cycle with delta lanes of its own. ``fpga``: the FPGA build's lane copies and
+    operand register change neither."""
     capacity, lps = 16, 2
     lines = capacity * lps
     dut = UpdateDatapath(capacity=capacity, lines_per_slot=lps, line_address_width=10,
-                         delta_lanes=delta_lanes)
+                         delta_lanes=delta_lanes, lane_replicas=fpga, registered_operands=fpga)
+    assert dut.mul_latency == FPMul.DEFAULT_STAGES + fpga
     draw = np.random.default_rng(8)
     gradient = draw.standard_normal((lines, 16)).astype(np.float32)
     rows = draw.standard_normal((lines, 16)).astype(np.float32)
