@@ -236,11 +236,13 @@ def _check_ecp5(platform):
         raise ValueError(f"The open-toolchain build is for ECP5 platforms, not {platform!r}")
 
 
-def _build_facts(platform, seconds):
-    """The summary fields every open-toolchain run records."""
+def _build_facts(platform, revision, seconds):
+    """The summary fields every open-toolchain run records (``revision``: the sources' at the
+    start, as the design was elaborated from them; a build takes long enough for a commit to
+    land before it ends)."""
     return {
         "device": f"{platform.device}-{platform.speed}{platform.package}",
-        "source_revision": source_revision(),
+        "source_revision": revision,
         "build_seconds": round(seconds, 1),
     }
 
@@ -256,6 +258,7 @@ def run_ecp5_synthesis(platform, top, *, build_dir, name="top", extra_summary=No
     the device, the revision and the seconds taken, and ``extra_summary``.
     """
     _check_ecp5(platform)
+    revision = source_revision()
     build_dir = Path(build_dir)
     plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width,
                         block_ram_min_depth=block_ram_min_depth,
@@ -275,7 +278,7 @@ def run_ecp5_synthesis(platform, top, *, build_dir, name="top", extra_summary=No
         "utilization": synthesis_utilization(cells, platform.device),
         "cells": {kind: count for kind, count in sorted(cells.items())
                   if not kind.startswith("$")},
-        **_build_facts(platform, seconds),
+        **_build_facts(platform, revision, seconds),
     }
     summary.update(extra_summary or {})
     write_summary(build_dir / SUMMARY_FILE, summary)
@@ -312,6 +315,7 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
     seconds, the paths of the report and the bitstream, and ``extra_summary``.
     """
     _check_ecp5(platform)
+    revision = source_revision()
     build_dir = Path(build_dir)
     plan = prepare_plan(platform, top, name=name, block_ram_min_width=block_ram_min_width,
                         block_ram_min_depth=block_ram_min_depth,
@@ -324,7 +328,7 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
 
     summary = summarise_report(load_report(build_dir / REPORT_FILE))
     summary.update({
-        **_build_facts(platform, seconds),
+        **_build_facts(platform, revision, seconds),
         "placer": placer or "heap",   # nextpnr's defaults
         "router": router or "router1",
         "report": str(build_dir / REPORT_FILE),

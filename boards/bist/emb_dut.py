@@ -40,7 +40,10 @@ class Step(enum.Enum, shape=2):
 # register stages each, and the lookup's FPGA registers (``fpga_pipelining``), took the
 # whole design from 26.5 to 32.1 MHz on the ULX3S: with two stages the FP units' first
 # stages held the pooler's accumulator read and the multipliers' DSP inputs behind 512-bit
-# multiplexers. They cost some 5,000 flip-flops (seven stages would cost 15,000 more). The
+# multiplexers. They cost some 5,000 flip-flops (seven stages would cost 15,000 more). A
+# fifth multiplier stage (``classify`` apart from ``prenormalize``: the operands, chosen
+# across the die, reach a lane's unpacking in a cycle of their own) then took it from 33.2
+# to 36.1 MHz for 1,661 flip-flops, and the lookup alone from 29.8 to 35.6 MHz. The
 # self-test runs strict lookups, so the relaxed lookup's correction is left out. MEAN factors
 # come from the sequential divider (569 LUT4 and 178 FF; the pipelined one is 2,927 and
 # 2,683).
@@ -48,7 +51,7 @@ ENGINE_DEFAULTS = dict(max_tables=2, max_dim=32, num_regions=1, addr_width=13, i
                        outstanding_reads=4, index_buffer_depth=32, offset_buffer_depth=32,
                        output_buffer_depth=2, bag_slots=4, max_unique_rows=4,
                        update_outstanding_reads=4, relaxed_lookup=False, add_stages=4,
-                       mul_stages=4, mean_reciprocal="sequential", fpga_pipelining=True)
+                       mul_stages=5, mean_reciprocal="sequential", fpga_pipelining=True)
 
 #: The engine configuration before four-stage FP units and ``fpga_pipelining``, over
 #: :data:`ENGINE_DEFAULTS`: the ECPIX-5 design routes with it (``boards.synth``), and the
