@@ -131,6 +131,15 @@ class LinePrefetch(wiring.Component):
     offered on ``lines`` at up to one per cycle; a small buffer covers the port's one-cycle
     read latency so that a consumer taking a line every cycle never waits.
 
+    Parameters
+    ----------
+    line_width : int
+        Bits of a line (default 512).
+    pointer_copies : int
+        The read pointer that picks a buffered line for ``lines.payload`` is held in this many
+        registers, each choosing an equal part of the line (:func:`hw.fanout.lane_copies`):
+        on an FPGA one pointer steering all 512 bits is a net spread over the die. Default 1.
+
     Members
     -------
     restart : ``In(1)``
@@ -141,14 +150,6 @@ class LinePrefetch(wiring.Component):
     addr : ``Out(32)``, data : ``In(line_width)``
         The window read port.
     lines : ``Out(stream.Signature(line_width))``
-
-    Parameters
-    ----------
-    line_width : int
-    pointer_copies : int
-        The read pointer that picks a buffered line for ``lines.payload`` is held in this many
-        registers, each choosing an equal part of the line (:func:`hw.fanout.lane_copies`):
-        on an FPGA one pointer steering all 512 bits is a net spread over the die.
     """
 
     DEPTH = 3
