@@ -210,8 +210,10 @@ class UpdateEngine(wiring.Component):
         if write_buffer_lines is not None:
             _check_int(write_buffer_lines, 1, 65536,
                        "Write buffer must be None or an integer in 1..65536")
-            # The apply latency + 3 (fpga_pipelining registers the multiplier's operands).
-            least = self._mul_stages + self._fpga_pipelining + self._add_stages + 5
+            # (fpga_pipelining registers the multiplier's operands: a cycle of its latency.)
+            least = UpdateDatapath.apply_latency_of(
+                mul_latency=self._mul_stages + self._fpga_pipelining,
+                add_latency=self._add_stages) + 3
             if write_buffer_lines < least:
                 raise ValueError(f"Write buffer must be at least {least} lines (the apply "
                                  f"latency + 3), not {write_buffer_lines}")

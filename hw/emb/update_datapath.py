@@ -317,7 +317,13 @@ class UpdateDatapath(wiring.Component):
     @property
     def apply_latency(self):
         """Cycles from taking a row line to its result entering the write queue."""
-        return 1 + self.mul_latency + 1 + self.add_latency
+        return self.apply_latency_of(mul_latency=self.mul_latency, add_latency=self.add_latency)
+
+    @staticmethod
+    def apply_latency_of(*, mul_latency, add_latency):
+        """:attr:`apply_latency` for these latencies, before a datapath is made (the least
+        write queue depth is this + 3)."""
+        return 1 + mul_latency + 1 + add_latency
 
     def elaborate(self, platform):
         m = Module()
