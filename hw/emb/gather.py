@@ -69,16 +69,18 @@ class GatherIssuer(wiring.Component):
     row_issued : ``Out(1)``
         Strobe per row (for the counters).
 
-    With ``registered_limits`` the issuer compares positions with the limits as they were a
-    cycle before (registers, cleared by ``start`` and ``stop``), so the windows' fill counters
-    do not also drive the slot choice. Both limits only grow while a pass runs, so an older
-    limit is a safe one; a row waits a cycle longer when its index has only just landed.
+    With ``registered_ready`` a slot's readiness is a register: each cycle compares the
+    slot's position as it will be next cycle (the same, one further if chosen now, or a newly
+    loaded bag's start) with the limits of this cycle. The slot choice then starts from
+    flip-flops, not from the windows' fill counters and 32-bit comparisons. Both limits only
+    grow while a pass runs, so an older limit is a safe one; a row waits a cycle longer when
+    its index has only just landed. ``start`` and ``stop`` clear the readiness.
     """
 
     ROW_QUEUE_DEPTH = 4
 
-    def __init__(self, *, max_tables, max_dim, addr_width, bag_slots, registered_limits=False):
-        self._registered_limits = bool(registered_limits)
+    def __init__(self, *, max_tables, max_dim, addr_width, bag_slots, registered_ready=False):
+        self._registered_ready = bool(registered_ready)
         self._max_tables = max_tables
         self._max_lines = max_dim // LANES
         self._line_bits = max(1, ceil_log2(self._max_lines))
@@ -126,6 +128,7 @@ class GatherIssuer(wiring.Component):
         weighted = per_slot("weighted", 1)
         mean = per_slot("mean", 1)
         position = per_slot("position", 32)
+        last_row = per_slot("last_row", 1)  # position + 1 == end, kept as a register
         end = per_slot("end", 32)
         table = per_slot("table", 8)
         bag = per_slot("bag", 16)
@@ -133,17 +136,21 @@ class GatherIssuer(wiring.Component):
         scale = per_slot("scale", 32)
 
         # --- choose a slot: round robin over the slots that can issue ------------------------
-        if self._registered_limits:
-            index_limit, weight_limit = Signal(32), Signal(32)
-            m.d.sync += [index_limit.eq(Mux(self.start | self.stop, 0, self.index_limit)),
-                         weight_limit.eq(Mux(self.start | self.stop, 0, self.weight_limit))]
+        def rows_ready_at(row_position, is_weighted):
+            return (row_position < self.index_limit) & (
+                ~is_weighted | (row_position < self.weight_limit))
+
+        if self._registered_ready:
+            ready_unmoved = per_slot("ready_unmoved", 1)    # position as it is now
+            ready_advanced = per_slot("ready_advanced", 1)  # position + 1
+            advanced = per_slot("advanced", 1)              # chosen last cycle
+            rows_ready = [Mux(advanced[s], ready_advanced[s], ready_unmoved[s])
+                          for s in range(slots)]
         else:
-            index_limit, weight_limit = self.index_limit, self.weight_limit
+            rows_ready = [rows_ready_at(position[s], weighted[s]) for s in range(slots)]
         ready = Signal(slots)
         for s in range(slots):
-            rows_ready = (position[s] < index_limit) & (
-                ~weighted[s] | (position[s] < weight_limit))
-            m.d.comb += ready[s].eq(active[s] & (final[s] | rows_ready))
+            m.d.comb += ready[s].eq(active[s] & (final[s] | rows_ready[s]))
 
         row_queue = fifo.SyncFIFOBuffered(width=self._row_op_layout().size,
                                           depth=self.ROW_QUEUE_DEPTH)
@@ -175,10 +182,10 @@ class GatherIssuer(wiring.Component):
         c_final, c_empty = pick(final, "final"), pick(empty_bag, "empty")
         c_first, c_weighted, c_mean = pick(first, "first"), pick(weighted, "weighted"), \
             pick(mean, "mean")
-        c_position, c_end = pick(position, "position"), pick(end, "end")
+        c_position = pick(position, "position")
         c_table, c_bag = pick(table, "table"), pick(bag, "bag")
         c_out_line, c_scale = pick(out_line, "out_line"), pick(scale, "scale")
-        c_last_row = c_position + 1 == c_end
+        c_last_row = pick(last_row, "last_row")
 
         m.d.comb += [self.index_addr.eq(c_position >> 4), self.weight_addr.eq(c_position >> 4)]
 
@@ -296,6 +303,7 @@ class GatherIssuer(wiring.Component):
             with m.If(self.start):
                 m.d.sync += active[s].eq(0)
             with m.Elif(go & (chosen == s)):
+                m.d.sync += last_row[s].eq(position[s] + 2 == end[s])
                 with m.If(c_final | (c_last_row & ~c_mean)):
                     m.d.sync += active[s].eq(0)
                 with m.Elif(c_last_row):
@@ -304,6 +312,7 @@ class GatherIssuer(wiring.Component):
                     m.d.sync += [position[s].eq(c_position + 1), first[s].eq(0)]
             with m.Elif(load & (load_slot == s)):
                 m.d.sync += [
+                    last_row[s].eq(descriptor.length == 1),
                     active[s].eq(1),
                     final[s].eq(no_rows),
                     empty_bag[s].eq(no_rows),
@@ -317,6 +326,23 @@ class GatherIssuer(wiring.Component):
                     out_line[s].eq(descriptor.out_line),
                     scale[s].eq(descriptor.scale),
                 ]
+        if self._registered_ready:
+            loaded_weighted = mode == PoolingMode.WEIGHTED
+            for s in range(slots):
+                chosen_now = go & (chosen == s)
+                with m.If(self.start | self.stop):
+                    m.d.sync += [ready_unmoved[s].eq(0), ready_advanced[s].eq(0),
+                                 advanced[s].eq(0)]
+                with m.Elif(~chosen_now & load & (load_slot == s)):
+                    m.d.sync += [ready_unmoved[s].eq(rows_ready_at(descriptor.start,
+                                                                   loaded_weighted)),
+                                 advanced[s].eq(0)]
+                with m.Else():
+                    m.d.sync += [
+                        ready_unmoved[s].eq(rows_ready_at(position[s], weighted[s])),
+                        ready_advanced[s].eq(rows_ready_at(position[s] + 1, weighted[s])),
+                        advanced[s].eq(chosen_now),
+                    ]
         with m.If(self.start):
             m.d.sync += [frontier.eq(0), last_chosen.eq(slots - 1)]
         with m.Elif(load):

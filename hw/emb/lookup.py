@@ -295,7 +295,7 @@ class LookupEngine(wiring.Component):
                                                 mean_reciprocal=self._mean_reciprocal)
         m.submodules.issuer = issuer = GatherIssuer(
             max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
-            bag_slots=self._bag_slots, registered_limits=self._fpga_pipelining)
+            bag_slots=self._bag_slots, registered_ready=self._fpga_pipelining)
         m.submodules.reorder = reorder = ReadReorderBuffer(
             depth=n_ids, addr_width=law, data_width=512, context=issuer.op_layout)
         m.submodules.pooler = pooler = Pooler(

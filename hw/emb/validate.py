@@ -81,7 +81,7 @@ class OffsetsValidator(wiring.Component):
     lines_done : ``Out(32)``
         Lines consumed since ``start``.
     done : ``Out(1)``
-        Finished (all entries processed, or an error found).
+        Finished (all entries processed, or an error found) and ``table_starts`` written.
     error : ``Out(ERROR_LAYOUT)``
         ``code`` is NONE unless a check failed.
     count : ``Out(32)``
@@ -190,12 +190,24 @@ class OffsetsValidator(wiring.Component):
         line_end = Cat(Const(0, 4), cursor[4:]) + LANES
         finishes_line = (segment_end == line_end) | (segment_end == end)
         step = Signal()
+        # A table start is captured a cycle after the step that finds it: the decision (a
+        # 32-bit comparison behind the line's valid) then drives one register, not the enables
+        # of every `table_starts` flip-flop. `done` waits for that write.
+        capture_pending = Signal()
+        capture_every = Signal()   # bags == 0: every table starts at offsets[0]
+        capture_table = Signal(8)
+        capture_value = Signal(32)
         m.d.comb += [
             step.eq(active & self.lines.valid),
             self.lines.ready.eq(step & finishes_line),
             self.checked.eq(cursor),
-            self.done.eq(~active),
+            self.done.eq(~active & ~capture_pending),
         ]
+        m.d.sync += capture_pending.eq(0)
+        with m.If(capture_pending):
+            for t in range(self._max_tables + 1):
+                with m.If(capture_every | (capture_table == t)):
+                    m.d.sync += self.table_starts[t].eq(capture_value)
 
         with m.If(self.start):
             m.d.sync += [
@@ -209,12 +221,10 @@ class OffsetsValidator(wiring.Component):
         with m.Elif(step):
             with m.If(self.lines.ready):
                 m.d.sync += self.lines_done.eq(self.lines_done + 1)
-            with m.If(capture & (mode == OffsetsMode.CHECK)):
-                with m.If(bags == 0):  # every table starts (and ends) at offsets[0]
-                    for t in range(self._max_tables + 1):
-                        m.d.sync += self.table_starts[t].eq(first_value)
-                with m.Elif(cursor == table_entry):
-                    m.d.sync += self.table_starts[table].eq(first_value)
+            with m.If(capture & (mode == OffsetsMode.CHECK)
+                      & ((bags == 0) | (cursor == table_entry))):
+                m.d.sync += [capture_pending.eq(1), capture_every.eq(bags == 0),
+                             capture_table.eq(table), capture_value.eq(first_value)]
             with m.If(mode == OffsetsMode.COUNT):
                 hits = sum(mask[j] & counted[j] for j in range(WINDOW))
                 m.d.sync += self.count.eq(self.count + hits)
