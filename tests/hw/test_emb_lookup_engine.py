@@ -124,7 +124,7 @@ def run_commands(engine, memory, commands, tables, regions, defer_mean=None):
 
 
 # The FPGA registers of the board's lookup (the pooler's accumulator operand read a cycle
-# early, the issuer's limits a cycle late) with two-stage FP units, the fewest they allow,
+# early, the issuer's slot readiness registered) with two-stage FP units, the fewest they allow,
 # and two bag slots, so that consecutive ops of a bag meet the accumulator hazard often.
 FPGA_PIPELINING = dict(bag_slots=2, mul_stages=2, add_stages=2, fpga_pipelining=True)
 

@@ -1,0 +1,157 @@
+# amaranth: UnusedElaboratable=no
+"""The gather issuer alone: every row op it issues, in each bag's order, with limits that grow
+a position at a time, so that an index or weight read before it has landed shows up."""
+
+import random
+
+import pytest
+from amaranth.lib import data
+from amaranth.sim import Simulator
+
+from hw.emb.bags import descriptor_layout
+from hw.emb.gather import ONE, GatherIssuer, OpKind
+from hw.emb.layouts import ErrorCode, PoolingMode, table_layout
+
+LANES = 16
+ADDR_WIDTH = 32
+LINE_ADDR_WIDTH = ADDR_WIDTH - 6
+#: What the windows return for a position not yet below its limit: an index past every table
+#: (the issuer would report INDEX_OUT_OF_RANGE) and a NaN weight no test draws.
+INDEX_POISON = 0xFFFF_FFF0
+WEIGHT_POISON = 0x7FC0_DEAD
+TABLES = [
+    {"base": 0x1_0000, "rows": 9, "dim": 16, "mode": PoolingMode.SUM},
+    {"base": 0x2_0000, "rows": 5, "dim": 32, "mode": PoolingMode.WEIGHTED},
+    {"base": 0x4_0000, "rows": 7, "dim": 48, "mode": PoolingMode.MEAN},
+]
+
+
+def draw_bags(draw, count):
+    """Bags over consecutive index positions, each with its own output lines."""
+    bags, position, out_line = [], 0, 0x100
+    for number in range(count):
+        table = draw.randrange(len(TABLES))
+        length = draw.choice([0, 1, 1, 2, 3, 5])
+        bags.append({"table": table, "bag": number, "start": position, "length": length,
+                     "out_line": out_line, "scale": draw.randrange(1, 2**31)})
+        position += length
+        out_line += TABLES[table]["dim"] // LANES
+    indices = [draw.randrange(TABLES[b["table"]]["rows"]) for b in bags
+               for _ in range(b["length"])]
+    weights = [draw.randrange(1, 2**31) for _ in indices]
+    return bags, indices, weights
+
+
+def expected_ops(bag, indices, weights):
+    """The (addr, read, kind, line, first, last, factor, out_line) ops of one bag, in order
+    (``addr`` and ``first`` only mean something for ROW ops)."""
+    table = TABLES[bag["table"]]
+    lines = table["dim"] // LANES
+    mode = table["mode"]
+    ops = []
+    for k in range(bag["length"]):
+        position = bag["start"] + k
+        row_line = (table["base"] >> 6) + indices[position] * lines
+        factor = weights[position] if mode == PoolingMode.WEIGHTED else ONE
+        last = k == bag["length"] - 1 and mode != PoolingMode.MEAN
+        ops += [(row_line + line, 1, OpKind.ROW, line, int(k == 0), int(last), factor,
+                 bag["out_line"] + line) for line in range(lines)]
+    if bag["length"] == 0:
+        ops += [(None, 0, OpKind.ZERO, line, None, 0, 0, bag["out_line"] + line)
+                for line in range(lines)]
+    elif mode == PoolingMode.MEAN:
+        ops += [(None, 0, OpKind.SCALE, line, None, 0, bag["scale"], bag["out_line"] + line)
+                for line in range(lines)]
+    return ops
+
+
+def landed_line(values, line, limit, poison):
+    """Line ``line`` of ``values`` as a window holds it: positions at or above ``limit`` are
+    not there yet."""
+    entries = []
+    for lane in range(LANES):
+        position = line * LANES + lane
+        landed = position < limit and position < len(values)
+        entries.append(values[position] if landed else poison)
+    return sum(value << (32 * lane) for lane, value in enumerate(entries))
+
+
+@pytest.mark.parametrize("registered_ready", [False, True], ids=["combinational", "registered"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_issuer_waits_for_landed_indices_and_keeps_bag_order(registered_ready, seed):
+    draw = random.Random(seed)
+    bags, indices, weights = draw_bags(draw, 24)
+    dut = GatherIssuer(max_tables=len(TABLES), max_dim=64, addr_width=ADDR_WIDTH, bag_slots=4,
+                       registered_ready=registered_ready)
+    config = data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES)
+    descriptor = descriptor_layout(LINE_ADDR_WIDTH)
+    issued = []
+    state = {"fed": False, "error": None}
+
+    async def feed_descriptors(ctx):
+        ctx.set(dut.table_config, config)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        for bag in bags:
+            while draw.random() < 0.3:
+                await ctx.tick()
+            ctx.set(dut.descriptors.payload, descriptor.const(bag))
+            ctx.set(dut.descriptors.valid, 1)
+            await ctx.tick().until(dut.descriptors.ready)
+            ctx.set(dut.descriptors.valid, 0)
+        state["fed"] = True
+
+    async def grow_limits(ctx):
+        # Each limit grows by at most one position a cycle, so a slot often asks for the
+        # position just at its limit.
+        limits = {"index": 0, "weight": 0}
+        while min(limits.values()) < len(indices):
+            for name in limits:
+                if draw.random() < 0.4:
+                    limits[name] = min(limits[name] + 1, len(indices))
+            ctx.set(dut.index_limit, limits["index"])
+            ctx.set(dut.weight_limit, limits["weight"])
+            await ctx.tick()
+
+    async def serve_windows(ctx):
+        # The windows' read ports: data a cycle after the address, as landed at that cycle.
+        async for _, _, index_addr, weight_addr, index_limit, weight_limit in ctx.tick().sample(
+                dut.index_addr, dut.weight_addr, dut.index_limit, dut.weight_limit):
+            ctx.set(dut.index_data, landed_line(indices, index_addr, index_limit, INDEX_POISON))
+            ctx.set(dut.weight_data,
+                    landed_line(weights, weight_addr, weight_limit, WEIGHT_POISON))
+
+    async def take_requests(ctx):
+        quiet = 0
+        while quiet < 20:
+            ready = draw.random() < 0.7
+            ctx.set(dut.requests.ready, ready)
+            _, _, valid, request = await ctx.tick().sample(dut.requests.valid,
+                                                          dut.requests.payload)
+            if ready and valid:
+                issued.append((request.addr, request.read, request.context))
+            finished = state["fed"] and ctx.get(dut.idle)
+            quiet = quiet + 1 if finished else 0
+        state["error"] = ctx.get(dut.error.code)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(feed_descriptors)
+    sim.add_testbench(grow_limits)
+    sim.add_process(serve_windows)
+    sim.add_testbench(take_requests)
+    sim.run_until(20_000e-6)
+    assert state["fed"], f"seed {seed}: the issuer stopped taking descriptors"
+    assert state["error"] == ErrorCode.NONE, f"seed {seed}: an index was read before it landed"
+
+    by_bag = {bag["out_line"]: [] for bag in bags}
+    for addr, read, context in issued:
+        row = context.kind == OpKind.ROW
+        op = (addr if row else None, read, context.kind, context.line,
+              context.first if row else None,
+              context.last, context.factor, context.out_line)
+        by_bag[context.out_line - context.line].append(op)
+    for bag in bags:
+        assert by_bag[bag["out_line"]] == expected_ops(bag, indices, weights), \
+            f"seed {seed}, bag {bag}"
