@@ -262,6 +262,7 @@ class IndexValidator(wiring.Component):
     start : ``In(1)``
         Pulse; ``num_indices`` is sampled. ``lines`` must deliver the index lines from 0.
     table_starts : ``In(data.ArrayLayout(32, max_tables + 1))``
+        Read from ``start`` on; must not change while the validator runs.
     tables : ``In(data.ArrayLayout(table_layout(addr_width), max_tables))``
     lines : ``In(stream.Signature(512))``
     checked, lines_done, done, error :
@@ -289,9 +290,15 @@ class IndexValidator(wiring.Component):
         active = Signal()
         table = Signal(range(self._max_tables + 1))
 
+        # Where the current table's indices end, a register loaded from the (stable) starts
+        # when the table changes: the segment arithmetic starts from flip-flops.
         table_end = Signal(32)
+        following_end = Signal(32)  # table_starts[table + 2], the end after the next table
+        with m.Switch(table):
+            for t in range(self._max_tables - 1):
+                with m.Case(t):
+                    m.d.comb += following_end.eq(self.table_starts[t + 2])
         rows = Signal(32)
-        m.d.comb += table_end.eq(self.table_starts[table + 1])
         with m.Switch(table):
             for t in range(self._max_tables):
                 with m.Case(t):
@@ -328,11 +335,12 @@ class IndexValidator(wiring.Component):
         with m.If(self.start):
             m.d.sync += [
                 num_indices.eq(self.num_indices), cursor.eq(0), table.eq(0),
+                table_end.eq(self.table_starts[1]),
                 active.eq(self.num_indices != 0), self.lines_done.eq(0),
                 self.error.eq(ERROR_LAYOUT.const({})),
             ]
         with m.Elif(active & table_exhausted):
-            m.d.sync += table.eq(table + 1)
+            m.d.sync += [table.eq(table + 1), table_end.eq(following_end)]
         with m.Elif(step):
             with m.If(self.lines.ready):
                 m.d.sync += self.lines_done.eq(self.lines_done + 1)
@@ -348,5 +356,5 @@ class IndexValidator(wiring.Component):
                 with m.If(segment_end == num_indices):
                     m.d.sync += active.eq(0)
                 with m.If(segment_end == table_end):
-                    m.d.sync += table.eq(table + 1)
+                    m.d.sync += [table.eq(table + 1), table_end.eq(following_end)]
         return m
