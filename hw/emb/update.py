@@ -150,8 +150,9 @@ class UpdateEngine(wiring.Component):
         on an ECP5, ``fp_lanes16_add`` in the README); True needs ``relaxed_lookup``.
     fpga_pipelining : bool
         Registers that FPGA builds need: each multiplier and adder lane chooses its operands
-        with its own copies of the registers that choose them (:mod:`hw.fanout`), and the
-        multiplier's operands pass a register of their own (a cycle more of latency).
+        with its own copies of the registers that choose them (:mod:`hw.fanout`), the
+        multiplier's operands pass a register of their own (a cycle more of latency), and the
+        gradient buffer has a read port per reader (``UpdateDatapath(read_port_per_use=)``).
         Results are the same. Default False.
 
     Members
@@ -431,7 +432,8 @@ class UpdateEngine(wiring.Component):
             corrections=relaxed, correction_contexts=self._correction_contexts,
             correction_queue_depth=self._correction_queue_depth,
             delta_lanes=self._delta_lanes, lane_replicas=self._fpga_pipelining,
-            registered_operands=self._fpga_pipelining))
+            registered_operands=self._fpga_pipelining,
+            read_port_per_use=self._fpga_pipelining))
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), datapath.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)

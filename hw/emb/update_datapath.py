@@ -125,6 +125,12 @@ class UpdateDatapath(wiring.Component):
         The multiplier's operands (chosen lane by lane) pass a register before the
         multiplier, so that a choice's inputs from across the engine reach the lanes in a
         cycle of their own (default False). :attr:`mul_latency` counts it.
+    read_port_per_use : bool
+        The gradient buffer has a read port for each of its readers (accumulation, apply,
+        correction), each addressed by its own source, instead of one port whose address is
+        chosen by which of them reads: the multiplier's result valid then steers no address
+        across the whole buffer (default False). An FPGA stores the buffer once per port;
+        timing and results are the same.
 
     Members
     -------
@@ -161,7 +167,8 @@ class UpdateDatapath(wiring.Component):
     def __init__(self, *, capacity, lines_per_slot, line_address_width, mul_stages=None,
                  add_stages=None, write_depth=None, shared_lanes=False, cached_bags=0,
                  corrections=True, correction_contexts=1, correction_queue_depth=16,
-                 delta_lanes=False, lane_replicas=False, registered_operands=False):
+                 delta_lanes=False, lane_replicas=False, registered_operands=False,
+                 read_port_per_use=False):
         if cached_bags and not corrections:
             raise ValueError(f"A bag store needs the corrections: cached_bags must be 0 "
                              f"without them, not {cached_bags!r}")
@@ -182,6 +189,7 @@ class UpdateDatapath(wiring.Component):
         self._delta_lanes = delta_lanes
         self._lane_replicas = bool(lane_replicas)
         self._registered_operands = bool(registered_operands)
+        self._read_port_per_use = bool(read_port_per_use)
         self._contexts = correction_contexts
         self._queue_depth = correction_queue_depth
         self._corrections = bool(corrections)
@@ -342,7 +350,11 @@ class UpdateDatapath(wiring.Component):
         buffer_write = buffer.write_port()
         # Not transparent: a sum is read at least one cycle after it was written (the hazard
         # window covers the write cycle too).
-        buffer_read = buffer.read_port()
+        if self._read_port_per_use:
+            accumulate_read, apply_read = buffer.read_port(), buffer.read_port()
+            correct_read = buffer.read_port() if self._corrections else None
+        else:
+            accumulate_read = apply_read = correct_read = buffer.read_port()
         writes = m.submodules.writes = fifo.SyncFIFOBuffered(
             width=self.writes.payload.shape().size, depth=self._write_depth)
         m.d.comb += [
@@ -606,24 +618,32 @@ class UpdateDatapath(wiring.Component):
             a = self.gradient.payload[lane]
             b = occurrence.scale
             if self._corrections:
-                a = Mux(corrections[k], Mux(staged_job == _Job.CORRECT, buffer_read.data[lane],
+                a = Mux(corrections[k], Mux(staged_job == _Job.CORRECT, correct_read.data[lane],
                                             staged_correction[lane]), a)
                 b = Mux(corrections[k], staged_factor, b)
             m.d.comb += [mul_in.a[k].eq(Mux(applies[k], self.lr, a)),
-                         mul_in.b[k].eq(Mux(applies[k], buffer_read.data[lane], b))]
+                         mul_in.b[k].eq(Mux(applies[k], apply_read.data[lane], b))]
 
-        # The gradient buffer's one read port: the running sum for a product leaving the
-        # multiplier (accumulate), a correction's delta, otherwise the sum for the row line
-        # taken in stage A.
+        # The gradient buffer's reads: the running sum for a product leaving the multiplier
+        # (accumulate), a correction's delta, the sum for the row line taken in stage A
+        # (apply). The engine never has two of them in one cycle, so one port serves all
+        # three, its address chosen by which one reads; or each has a port of its own.
         product_tag = Signal(mul_tag)
         m.d.comb += product_tag.eq(multiplier.o.payload.tag)
-        with m.If(multiplier.o.valid & (product_tag.job == _Job.ACCUMULATE)):
-            m.d.comb += buffer_read.addr.eq(product_tag.buffer)
-        if self._corrections:
-            with m.Elif(correct_go):
-                m.d.comb += buffer_read.addr.eq(op.slot * lps + op_line)
-        with m.Else():
-            m.d.comb += buffer_read.addr.eq(stage_a_buffer)
+        correct_address = op.slot * lps + op_line if self._corrections else None
+        if self._read_port_per_use:
+            m.d.comb += [accumulate_read.addr.eq(product_tag.buffer),
+                         apply_read.addr.eq(stage_a_buffer)]
+            if self._corrections:
+                m.d.comb += correct_read.addr.eq(correct_address)
+        else:
+            with m.If(multiplier.o.valid & (product_tag.job == _Job.ACCUMULATE)):
+                m.d.comb += accumulate_read.addr.eq(product_tag.buffer)
+            if self._corrections:
+                with m.Elif(correct_go):
+                    m.d.comb += correct_read.addr.eq(correct_address)
+            with m.Else():
+                m.d.comb += apply_read.addr.eq(stage_a_buffer)
 
         # One register stage while the buffer read completes, then the adder.
         held_valid = Signal()
@@ -672,7 +692,7 @@ class UpdateDatapath(wiring.Component):
             correction_line = bag[held_tag.buffer] if self._corrections else None
             for k in range(_LANES):
                 lane = slice(32 * k, 32 * (k + 1))
-                operand = Mux(held_fresh[k], 0, buffer_read.data[lane])
+                operand = Mux(held_fresh[k], 0, accumulate_read.data[lane])
                 if self._corrections:
                     operand = Mux(held_jobs[k] == _Job.CORRECT, correction_line[lane],
                                   Mux(held_jobs[k] == _Job.SCALE,

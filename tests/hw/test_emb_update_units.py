@@ -463,12 +463,13 @@ def test_datapath_apply_keeps_deltas_at_its_rate(delta_lanes, fpga):
     slot's ``new - old`` to a bag (CORRECT, factor 1) and store it: the rows and the corrected
     bags are bit-exact, and the apply takes a row line every other cycle on the shared adder
     (in bursts of an adder latency + 1: the lines whose two adder cycles interleave) but
-    every cycle with delta lanes of its own. ``fpga``: the FPGA build's lane copies and
-    operand register change neither."""
+    every cycle with delta lanes of its own. ``fpga``: the FPGA build's lane copies,
+    operand register and read port per reader change neither."""
     capacity, lps = 16, 2
     lines = capacity * lps
     dut = UpdateDatapath(capacity=capacity, lines_per_slot=lps, line_address_width=10,
-                         delta_lanes=delta_lanes, lane_replicas=fpga, registered_operands=fpga)
+                         delta_lanes=delta_lanes, lane_replicas=fpga, registered_operands=fpga,
+                         read_port_per_use=fpga)
     assert dut.mul_latency == FPMul.DEFAULT_STAGES + fpga
     draw = np.random.default_rng(8)
     gradient = draw.standard_normal((lines, 16)).astype(np.float32)
