@@ -77,10 +77,9 @@ class OffsetsValidator(wiring.Component):
         lines from the one holding entry ``first`` on.
     lines : ``In(stream.Signature(512))``
     checked : ``Out(32)``
-        Entries below this have passed (a cycle behind the lines taken: the checks of a
-        segment run a cycle after its line is read).
+        Entries below this have been processed.
     lines_done : ``Out(32)``
-        Lines consumed since ``start`` (after an error, one line more may be taken).
+        Lines consumed since ``start``.
     done : ``Out(1)``
         Finished (all entries processed, or an error found) and ``table_starts`` written.
     error : ``Out(ERROR_LAYOUT)``
@@ -150,10 +149,32 @@ class OffsetsValidator(wiring.Component):
         high = Signal(window_bits + 1)
         m.d.comb += high.eq(segment_end - window_base)
         mask = lane_mask(m, low, high, name="mask", lanes=WINDOW)
-        first_window = cursor[window_bits:] == 0
+
+        zero_bad = Signal(WINDOW)
+        falls = Signal(WINDOW)
+        past = Signal(WINDOW)
+        counted = Signal(WINDOW)
+        # Entry positions are Cat(j, cursor[window_bits:]): compare the window part once and
+        # the lane part per lane, instead of an adder and a 32-bit comparator per lane.
+        first_window = Signal()
         last_entry = Signal(32)
-        m.d.comb += last_entry.eq(end - 1)
-        last_window = cursor[window_bits:] == last_entry[window_bits:]
+        last_window = Signal()
+        m.d.comb += [first_window.eq(cursor[window_bits:] == 0), last_entry.eq(end - 1),
+                     last_window.eq(cursor[window_bits:] == last_entry[window_bits:])]
+        for j in range(WINDOW):
+            before = previous if j == 0 else Mux(low == j, previous, values[j - 1])
+            is_first = first_window & (j == 0)
+            is_last = last_window & (last_entry[:window_bits] == j)
+            m.d.comb += [
+                zero_bad[j].eq(is_first & (values[j] != 0)),
+                falls[j].eq(~is_first & (values[j] < before)),
+                past[j].eq((values[j] > num_indices)
+                           | (is_last & (values[j] != num_indices))),
+                counted[j].eq(values[j] <= threshold),
+            ]
+        bad = Signal(WINDOW)
+        m.d.comb += bad.eq(mask & (zero_bad | falls | past))
+        any_bad, bad_lane = first_set(m, bad, name="bad_lane")
 
         last_value = Signal(32)
         with m.Switch(high):
@@ -165,46 +186,6 @@ class OffsetsValidator(wiring.Component):
             for j in range(WINDOW):
                 with m.Case(j):
                     m.d.comb += first_value.eq(values[j])
-
-        # --- check stage: a cycle after the walk, on registers ----------------------------
-        # The walk (cursor, segments, lines) does not wait for the comparisons: it moves on,
-        # and the checks of a segment run on its registered window a cycle later. An error
-        # stops the walk then (it may have taken one segment more, which no one uses);
-        # `checked` only counts segments that passed.
-        held_valid = Signal()
-        held_values = [Signal(ENTRY_BITS, name=f"held_value_{j}") for j in range(WINDOW)]
-        held_previous = Signal(32)
-        held_low = Signal(window_bits)
-        held_mask = Signal(WINDOW)
-        held_first_window = Signal()
-        held_last_window = Signal()
-        held_window = Signal(32 - window_bits)
-        held_table = Signal(8)
-        held_table_entry = Signal(32)
-        held_segment_end = Signal(33)
-
-        zero_bad = Signal(WINDOW)
-        falls = Signal(WINDOW)
-        past = Signal(WINDOW)
-        counted = Signal(WINDOW)
-        # Entry positions are Cat(j, window): compare the window part once (in the walk) and
-        # the lane part per lane, instead of an adder and a 32-bit comparator per lane.
-        for j in range(WINDOW):
-            before = (held_previous if j == 0
-                      else Mux(held_low == j, held_previous, held_values[j - 1]))
-            is_first = held_first_window & (j == 0)
-            is_last = held_last_window & (last_entry[:window_bits] == j)
-            m.d.comb += [
-                zero_bad[j].eq(is_first & (held_values[j] != 0)),
-                falls[j].eq(~is_first & (held_values[j] < before)),
-                past[j].eq((held_values[j] > num_indices)
-                           | (is_last & (held_values[j] != num_indices))),
-                counted[j].eq(held_values[j] <= threshold),
-            ]
-        bad = Signal(WINDOW)
-        m.d.comb += bad.eq(held_mask & (zero_bad | falls | past))
-        any_bad, bad_lane = first_set(m, bad, name="bad_lane")
-        failed = Signal()
 
         line_end = Cat(Const(0, 4), cursor[4:]) + LANES
         finishes_line = (segment_end == line_end) | (segment_end == end)
@@ -219,7 +200,8 @@ class OffsetsValidator(wiring.Component):
         m.d.comb += [
             step.eq(active & self.lines.valid),
             self.lines.ready.eq(step & finishes_line),
-            self.done.eq(~active & ~held_valid & ~capture_pending),
+            self.checked.eq(cursor),
+            self.done.eq(~active & ~capture_pending),
         ]
         m.d.sync += capture_pending.eq(0)
         with m.If(capture_pending):
@@ -235,51 +217,36 @@ class OffsetsValidator(wiring.Component):
                 active.eq(self.first != self.end), table.eq(0), table_entry.eq(0),
                 next_table_entry.eq(self.bags), previous.eq(0), self.count.eq(0),
                 self.lines_done.eq(0), self.error.eq(ERROR_LAYOUT.const({})),
-                self.checked.eq(self.first), held_valid.eq(0), failed.eq(0),
             ]
-        with m.Else():
-            m.d.sync += held_valid.eq(step)
-            with m.If(step):
+        with m.Elif(step):
+            with m.If(self.lines.ready):
+                m.d.sync += self.lines_done.eq(self.lines_done + 1)
+            with m.If(capture & (mode == OffsetsMode.CHECK)
+                      & ((bags == 0) | (cursor == table_entry))):
+                m.d.sync += [capture_pending.eq(1), capture_every.eq(bags == 0),
+                             capture_table.eq(table), capture_value.eq(first_value)]
+            with m.If(mode == OffsetsMode.COUNT):
+                hits = sum(mask[j] & counted[j] for j in range(WINDOW))
+                m.d.sync += self.count.eq(self.count + hits)
+            with m.If((mode == OffsetsMode.CHECK) & any_bad):
+                code = Mux(zero_bad.bit_select(bad_lane, 1), ErrorCode.OFFSETS_NOT_FROM_ZERO,
+                           Mux(falls.bit_select(bad_lane, 1), ErrorCode.OFFSETS_DECREASING,
+                               ErrorCode.OFFSETS_PAST_END))
+                position = Cat(bad_lane, cursor[window_bits:])
                 m.d.sync += [
-                    held_values[j].eq(values[j]) for j in range(WINDOW)
-                ] + [
-                    held_previous.eq(previous), held_low.eq(low), held_mask.eq(mask),
-                    held_first_window.eq(first_window), held_last_window.eq(last_window),
-                    held_window.eq(cursor[window_bits:]), held_table.eq(table),
-                    held_table_entry.eq(table_entry), held_segment_end.eq(segment_end),
-                    cursor.eq(segment_end), previous.eq(last_value),
+                    self.error.code.eq(code),
+                    self.error.table.eq(table),
+                    self.error.bag.eq(position - table_entry),
+                    self.error.position.eq(position),
+                    active.eq(0),
                 ]
-                with m.If(self.lines.ready):
-                    m.d.sync += self.lines_done.eq(self.lines_done + 1)
-                with m.If(capture & (mode == OffsetsMode.CHECK)
-                          & ((bags == 0) | (cursor == table_entry))):
-                    m.d.sync += [capture_pending.eq(1), capture_every.eq(bags == 0),
-                                 capture_table.eq(table), capture_value.eq(first_value)]
+            with m.Else():
+                m.d.sync += [cursor.eq(segment_end), previous.eq(last_value)]
                 with m.If(segment_end == end):
                     m.d.sync += active.eq(0)
                 with m.If(by_tables & (segment_end == next_table_entry)):
                     m.d.sync += [table.eq(table + 1), table_entry.eq(next_table_entry),
                                  next_table_entry.eq(next_table_entry + bags)]
-            with m.If(held_valid & ~failed):
-                with m.If(mode == OffsetsMode.COUNT):
-                    hits = sum(held_mask[j] & counted[j] for j in range(WINDOW))
-                    m.d.sync += self.count.eq(self.count + hits)
-                with m.If((mode == OffsetsMode.CHECK) & any_bad):
-                    code = Mux(zero_bad.bit_select(bad_lane, 1),
-                               ErrorCode.OFFSETS_NOT_FROM_ZERO,
-                               Mux(falls.bit_select(bad_lane, 1), ErrorCode.OFFSETS_DECREASING,
-                                   ErrorCode.OFFSETS_PAST_END))
-                    position = Cat(bad_lane, held_window)
-                    m.d.sync += [
-                        self.error.code.eq(code),
-                        self.error.table.eq(held_table),
-                        self.error.bag.eq(position - held_table_entry),
-                        self.error.position.eq(position),
-                        failed.eq(1),
-                        active.eq(0),
-                    ]
-                with m.Else():
-                    m.d.sync += self.checked.eq(held_segment_end)
         return m
 
 
