@@ -299,10 +299,12 @@ class GatherIssuer(wiring.Component):
         frontier = Signal(32)  # where the next bag to be loaded starts
         no_rows = descriptor.length == 0
 
+        loaded_weighted = mode == PoolingMode.WEIGHTED
+        chosen_now = [go & (chosen == s) for s in range(slots)]
         for s in range(slots):
             with m.If(self.start):
                 m.d.sync += active[s].eq(0)
-            with m.Elif(go & (chosen == s)):
+            with m.Elif(chosen_now[s]):
                 m.d.sync += last_row[s].eq(position[s] + 2 == end[s])
                 with m.If(c_final | (c_last_row & ~c_mean)):
                     m.d.sync += active[s].eq(0)
@@ -317,7 +319,7 @@ class GatherIssuer(wiring.Component):
                     final[s].eq(no_rows),
                     empty_bag[s].eq(no_rows),
                     first[s].eq(1),
-                    weighted[s].eq(mode == PoolingMode.WEIGHTED),
+                    weighted[s].eq(loaded_weighted),
                     mean[s].eq(mode == PoolingMode.MEAN),
                     position[s].eq(descriptor.start),
                     end[s].eq(descriptor.start + descriptor.length),
@@ -327,13 +329,11 @@ class GatherIssuer(wiring.Component):
                     scale[s].eq(descriptor.scale),
                 ]
         if self._registered_ready:
-            loaded_weighted = mode == PoolingMode.WEIGHTED
             for s in range(slots):
-                chosen_now = go & (chosen == s)
                 with m.If(self.start | self.stop):
                     m.d.sync += [ready_unmoved[s].eq(0), ready_advanced[s].eq(0),
                                  advanced[s].eq(0)]
-                with m.Elif(~chosen_now & load & (load_slot == s)):
+                with m.Elif(~chosen_now[s] & load & (load_slot == s)):
                     m.d.sync += [ready_unmoved[s].eq(rows_ready_at(descriptor.start,
                                                                    loaded_weighted)),
                                  advanced[s].eq(0)]
@@ -341,7 +341,7 @@ class GatherIssuer(wiring.Component):
                     m.d.sync += [
                         ready_unmoved[s].eq(rows_ready_at(position[s], weighted[s])),
                         ready_advanced[s].eq(rows_ready_at(position[s] + 1, weighted[s])),
-                        advanced[s].eq(chosen_now),
+                        advanced[s].eq(chosen_now[s]),
                     ]
         with m.If(self.start):
             m.d.sync += [frontier.eq(0), last_chosen.eq(slots - 1)]
