@@ -77,7 +77,9 @@ class OffsetsValidator(wiring.Component):
         lines from the one holding entry ``first`` on.
     lines : ``In(stream.Signature(512))``
     checked : ``Out(32)``
-        Entries below this have been processed.
+        Entries below this have been processed (and passed, in CHECK mode). It follows the
+        walk by a cycle: a segment's comparisons are registered and judged the next cycle,
+        so the walk's cursor never waits for them.
     lines_done : ``Out(32)``
         Lines consumed since ``start``.
     done : ``Out(1)``
@@ -173,8 +175,7 @@ class OffsetsValidator(wiring.Component):
                 counted[j].eq(values[j] <= threshold),
             ]
         bad = Signal(WINDOW)
-        m.d.comb += bad.eq(mask & (zero_bad | falls | past))
-        any_bad, bad_lane = first_set(m, bad, name="bad_lane")
+        m.d.comb += bad.eq(Mux(mode == OffsetsMode.CHECK, mask & (zero_bad | falls | past), 0))
 
         last_value = Signal(32)
         with m.Switch(high):
@@ -197,11 +198,21 @@ class OffsetsValidator(wiring.Component):
         capture_every = Signal()   # bags == 0: every table starts at offsets[0]
         capture_table = Signal(8)
         capture_value = Signal(32)
+        # The walk takes a segment each step whatever its entries hold; the segment's checks
+        # are registered and judged the next cycle, which stops the walk (a segment late) on
+        # the first bad entry. `checked` only passes judged segments.
+        judge = Signal()             # a segment taken last cycle is judged now
+        judged_bad = Signal(WINDOW)
+        judged_zero_bad = Signal(WINDOW)
+        judged_falls = Signal(WINDOW)
+        judged_window = Signal(32 - window_bits)
+        judged_table = Signal(8)
+        judged_table_entry = Signal(32)
+        judged_end = Signal(32)
         m.d.comb += [
             step.eq(active & self.lines.valid),
             self.lines.ready.eq(step & finishes_line),
-            self.checked.eq(cursor),
-            self.done.eq(~active & ~capture_pending),
+            self.done.eq(~active & ~judge & ~capture_pending),
         ]
         m.d.sync += capture_pending.eq(0)
         with m.If(capture_pending):
@@ -217,6 +228,7 @@ class OffsetsValidator(wiring.Component):
                 active.eq(self.first != self.end), table.eq(0), table_entry.eq(0),
                 next_table_entry.eq(self.bags), previous.eq(0), self.count.eq(0),
                 self.lines_done.eq(0), self.error.eq(ERROR_LAYOUT.const({})),
+                self.checked.eq(self.first), judge.eq(0),
             ]
         with m.Elif(step):
             with m.If(self.lines.ready):
@@ -228,25 +240,38 @@ class OffsetsValidator(wiring.Component):
             with m.If(mode == OffsetsMode.COUNT):
                 hits = sum(mask[j] & counted[j] for j in range(WINDOW))
                 m.d.sync += self.count.eq(self.count + hits)
-            with m.If((mode == OffsetsMode.CHECK) & any_bad):
-                code = Mux(zero_bad.bit_select(bad_lane, 1), ErrorCode.OFFSETS_NOT_FROM_ZERO,
-                           Mux(falls.bit_select(bad_lane, 1), ErrorCode.OFFSETS_DECREASING,
-                               ErrorCode.OFFSETS_PAST_END))
-                position = Cat(bad_lane, cursor[window_bits:])
+            m.d.sync += [cursor.eq(segment_end), previous.eq(last_value)]
+            with m.If(segment_end == end):
+                m.d.sync += active.eq(0)
+            with m.If(by_tables & (segment_end == next_table_entry)):
+                m.d.sync += [table.eq(table + 1), table_entry.eq(next_table_entry),
+                             next_table_entry.eq(next_table_entry + bags)]
+
+        with m.If(~self.start):
+            m.d.sync += [
+                judge.eq(step), judged_bad.eq(bad), judged_zero_bad.eq(zero_bad),
+                judged_falls.eq(falls), judged_window.eq(cursor[window_bits:]),
+                judged_table.eq(table), judged_table_entry.eq(table_entry),
+                judged_end.eq(segment_end),
+            ]
+        any_bad, bad_lane = first_set(m, judged_bad, name="bad_lane")
+        with m.If(judge & ~self.start):
+            with m.If(any_bad):
+                code = Mux(judged_zero_bad.bit_select(bad_lane, 1),
+                           ErrorCode.OFFSETS_NOT_FROM_ZERO,
+                           Mux(judged_falls.bit_select(bad_lane, 1),
+                               ErrorCode.OFFSETS_DECREASING, ErrorCode.OFFSETS_PAST_END))
+                position = Cat(bad_lane, judged_window)
                 m.d.sync += [
                     self.error.code.eq(code),
-                    self.error.table.eq(table),
-                    self.error.bag.eq(position - table_entry),
+                    self.error.table.eq(judged_table),
+                    self.error.bag.eq(position - judged_table_entry),
                     self.error.position.eq(position),
                     active.eq(0),
+                    judge.eq(0),   # the segment taken meanwhile is past the error
                 ]
             with m.Else():
-                m.d.sync += [cursor.eq(segment_end), previous.eq(last_value)]
-                with m.If(segment_end == end):
-                    m.d.sync += active.eq(0)
-                with m.If(by_tables & (segment_end == next_table_entry)):
-                    m.d.sync += [table.eq(table + 1), table_entry.eq(next_table_entry),
-                                 next_table_entry.eq(next_table_entry + bags)]
+                m.d.sync += self.checked.eq(judged_end)
         return m
 
 

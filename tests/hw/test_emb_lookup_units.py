@@ -238,20 +238,23 @@ def random_offsets(draw, tables, bags):
 
 async def feed_until_done(ctx, dut, lines, draw, *, busy=0.3, watch=()):
     """After ``start``: offer ``lines`` with random gaps until the validator is done; return
-    the values of ``watch`` in the first cycle ``done`` is high (what a consumer sees)."""
+    the values of ``watch`` in the first cycle ``done`` is high (what a consumer sees) and the
+    highest ``checked`` seen on the way."""
     pending = list(lines)
+    highest_checked = 0
     while True:
         offer = bool(pending) and draw.random() >= busy
         ctx.set(dut.lines.valid, offer)
         if offer:
             ctx.set(dut.lines.payload, pending[0])
-        _, _, taken, done, *watched = await ctx.tick().sample(dut.lines.ready, dut.done,
-                                                              *watch)
+        _, _, taken, done, checked, *watched = await ctx.tick().sample(
+            dut.lines.ready, dut.done, dut.checked, *watch)
+        highest_checked = max(highest_checked, checked)
         if offer and taken:
             pending.pop(0)
         if done:
             ctx.set(dut.lines.valid, 0)
-            return watched
+            return watched, highest_checked
 
 
 def run_offsets_jobs(jobs, *, seed=0):
@@ -277,14 +280,15 @@ def run_offsets_jobs(jobs, *, seed=0):
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            starts, = await feed_until_done(ctx, dut, lines_of(offsets)[first // 16:], draw,
-                                            watch=[dut.table_starts])
+            (starts,), highest_checked = await feed_until_done(
+                ctx, dut, lines_of(offsets)[first // 16:], draw, watch=[dut.table_starts])
             error = ctx.get(dut.error)
             results.append({
                 "error": {"code": error.code, "table": error.table, "bag": error.bag,
                           "position": error.position},
                 "count": ctx.get(dut.count),
                 "starts": [starts[t] for t in range(settings["tables"] + 1)],
+                "highest_checked": highest_checked,
             })
 
     simulate(dut, testbench)
@@ -301,10 +305,14 @@ def test_offsets_validator_finds_the_first_problem():
     for (offsets, settings), result in zip(jobs, run_offsets_jobs(jobs), strict=True):
         expected = offsets_reference(offsets, settings["bags"], settings["num_indices"])
         assert result["error"] == expected, (offsets, settings)
+        # What the bag sequencer may take: every entry once all passed, never a bad one.
         if expected["code"] == ErrorCode.NONE:
+            assert result["highest_checked"] == len(offsets), (offsets, settings)
             bags = settings["bags"]
             assert result["starts"] == [offsets[t * bags]
                                         for t in range(settings["tables"] + 1)]
+        else:
+            assert result["highest_checked"] <= expected["position"], (offsets, settings)
 
 
 def test_offsets_validator_counts_bag_starts():
@@ -315,6 +323,7 @@ def test_offsets_validator_counts_bag_starts():
             for threshold, first, end in windows]
     for (threshold, first, end), result in zip(windows, run_offsets_jobs(jobs), strict=True):
         assert result["count"] == sum(v <= threshold for v in offsets[first:end])
+        assert result["highest_checked"] == end
 
 
 def index_reference(indices, starts, rows):
