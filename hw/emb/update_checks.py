@@ -107,6 +107,14 @@ class CommandChecker(wiring.Component):
         def lines(words):
             return (words + 15) >> 4
 
+        # The buffers' line counts that need a multiplier are registered every cycle: the
+        # command is stable and `dims` final states before they are used, and the multiplier
+        # then drives a register, not the FSM's choice of `factor_a`.
+        offset_lines = Signal(32)
+        gradient_lines = Signal(factor_a.shape())
+        m.d.sync += [offset_lines.eq(lines(command.tables * command.bags + 1)),
+                     gradient_lines.eq(command.bags * (dims >> 4))]
+
         with m.FSM():
             with m.State("Idle"):
                 with m.If(self.start):
@@ -170,12 +178,11 @@ class CommandChecker(wiring.Component):
                 extent(_Item.INDICES, command.indices, lines(command.num_indices), 64)
 
             with m.State("Offsets"):
-                extent(_Item.OFFSETS, command.offsets,
-                       lines(command.tables * command.bags + 1), 64)
+                extent(_Item.OFFSETS, command.offsets, offset_lines, 64)
 
             with m.State("Weights"):
                 extent(_Item.WEIGHTS, command.weights, lines(command.num_indices), 64)
 
             with m.State("Gradient"):
-                extent(_Item.GRADIENT, command.output, command.bags * (dims >> 4), 64)
+                extent(_Item.GRADIENT, command.output, gradient_lines, 64)
         return m
