@@ -364,6 +364,7 @@ class UpdateDatapath(wiring.Component):
         ]
         accumulating = Signal(range(self.accumulate_latency + 2))
         applying = Signal(range(self._write_depth + 1))
+        accumulated = Signal()   # a sum leaves the adder into the buffer
         m.d.comb += [
             self.accumulate_idle.eq((accumulating == 0) & ~self.accumulate.valid),
             self.writes_queued.eq(writes.level != 0),
@@ -456,9 +457,21 @@ class UpdateDatapath(wiring.Component):
                 (adder_booked >> 1) |
                 Mux(apply_go & keep_deltas,
                     (1 << (product_slot - 1)) | (1 << (delta_slot - 1)), 0))
+        # Whether the sums are final and the write queue has room for one more line in flight,
+        # kept in registers from this cycle's counts and events (exactly what comparing the
+        # counts would say next cycle): `apply_go` takes the row stream's 512-bit output
+        # register and enables it, so it starts from flip-flops, not from adders.
+        sums_final = Signal(init=1)
+        write_room = Signal(init=1)
+        queued_next = (writes.level + applying + apply_go -
+                       (writes.r_en & writes.r_rdy))
+        m.d.sync += [
+            sums_final.eq(accumulating + accumulate_go - accumulated == 0),
+            write_room.eq(queued_next < self._write_depth),
+        ]
         m.d.comb += apply_go.eq(
-            self.rows.valid & self.row_context.valid & (accumulating == 0) &
-            ~wants_accumulate & (writes.level + applying < self._write_depth) & adder_free)
+            self.rows.valid & self.row_context.valid & sums_final &
+            ~wants_accumulate & write_room & adder_free)
         apply_row = Signal(LINE_BITS)
         apply_address = Signal(self._line_address_width)
         apply_buffer = Signal(buffer_address)
@@ -468,10 +481,10 @@ class UpdateDatapath(wiring.Component):
             self.rows.ready.eq(apply_go), self.row_context.ready.eq(apply_go),
             stage_a_buffer.eq(context.slot * lps + context.line),
         ]
-        m.d.sync += apply_ready.eq(apply_go)
-        with m.If(apply_go):
-            m.d.sync += [apply_row.eq(self.rows.payload), apply_address.eq(context.address),
-                         apply_buffer.eq(stage_a_buffer)]
+        # Loaded every cycle (stage B only looks at them after `apply_go`), so the 512-bit
+        # register needs no enable.
+        m.d.sync += [apply_ready.eq(apply_go), apply_row.eq(self.rows.payload),
+                     apply_address.eq(context.address), apply_buffer.eq(stage_a_buffer)]
 
         if self._corrections:
             # Correction ops: queued per context; stage 0 takes one line per cycle from one
@@ -718,6 +731,7 @@ class UpdateDatapath(wiring.Component):
         if self._delta_lanes:
             job_done[_Job.DELTA] = subtractor.o.valid
         finished_apply = job_done[_Job.APPLY]
+        m.d.comb += accumulated.eq(job_done[_Job.ACCUMULATE])
         m.d.comb += [
             buffer_write.en.eq(job_done[_Job.ACCUMULATE] |
                                (job_done[_Job.DELTA] if self._corrections else 0)),
@@ -731,7 +745,7 @@ class UpdateDatapath(wiring.Component):
                 m.d.comb += [buffer_write.addr.eq(subtractor.o.payload.tag),
                              buffer_write.data.eq(subtractor.o.payload.result)]
         m.d.sync += [
-            accumulating.eq(accumulating + accumulate_go - job_done[_Job.ACCUMULATE]),
+            accumulating.eq(accumulating + accumulate_go - accumulated),
             applying.eq(applying + apply_go - finished_apply),
         ]
         if not self._corrections:
