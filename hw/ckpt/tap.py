@@ -24,7 +24,7 @@ instead (not remembered by the filter either) and ``dropped`` is set, so that a 
 over the same reads (a replay, without ``start``) logs exactly the lines that are missing.
 """
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -171,8 +171,9 @@ class LookupTap(wiring.Component):
         s1_data = Signal(LINE_BITS)
         tapped_r = self.r_fire & in_flight.bit_select(self.rid, 1)
         m.d.comb += lookup.addr.eq(self.rid)
-        m.d.sync += [s1_valid.eq(tapped_r & (self.rresp == 0)), s1_last.eq(self.rlast),
-                     s1_id.eq(self.rid), s1_data.eq(self.rdata)]
+        s1_tapped = Signal()   # (a beat with an error response is not logged, but counts)
+        m.d.sync += [s1_tapped.eq(tapped_r), s1_valid.eq(tapped_r & (self.rresp == 0)),
+                     s1_last.eq(self.rlast), s1_id.eq(self.rid), s1_data.eq(self.rdata)]
         set_mask = Signal(ids)
         clear_mask = Signal(ids)
         with m.If(tapped_ar & self.ar_fire):
@@ -180,11 +181,21 @@ class LookupTap(wiring.Component):
         with m.If(tapped_r & self.rlast):
             m.d.comb += clear_mask.eq(1 << self.rid)
         m.d.sync += in_flight.eq((in_flight | set_mask) & ~clear_mask)
-        s1_line = lookup.data
+        # A burst's next line is written back a cycle after its beat, from registers, so the
+        # context read and the increment do not drive the write data of every ID. The read of
+        # a beat that comes right after one on the same ID misses that write: it is bypassed.
+        advancing = Signal()
+        advance_id = Signal(self._id_width)
+        advance_line = Signal(law)
+        s1_line = Signal(law)
+        m.d.comb += s1_line.eq(Mux(advancing & (advance_id == s1_id), advance_line,
+                                   lookup.data))
         # Only within a burst: after its last beat the ID is free, and a new table read on it
-        # may be recording its own line in this very cycle.
-        m.d.comb += [advance.addr.eq(s1_id), advance.data.eq(s1_line + 1),
-                     advance.en.eq(s1_valid & ~s1_last)]
+        # may be recording its own line in the cycle the write-back of the beat before comes.
+        m.d.sync += [advancing.eq(s1_tapped & ~s1_last), advance_id.eq(s1_id),
+                     advance_line.eq(s1_line + 1)]
+        m.d.comb += [advance.addr.eq(advance_id), advance.data.eq(advance_line),
+                     advance.en.eq(advancing & ~(record.en & (record.addr == advance_id)))]
 
         # Stage 2: the filter read finishes. Stage 3: compare, record, push.
         s2_valid = Signal()
