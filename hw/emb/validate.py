@@ -345,16 +345,22 @@ class IndexValidator(wiring.Component):
             m.d.comb += too_big[k].eq(values[k] >= rows)
         bad = Signal(LANES)
         m.d.comb += bad.eq(mask & too_big)
-        any_bad, bad_lane = first_set(m, bad, name="bad_lane")
 
+        # As in OffsetsValidator: the walk takes a segment each step whatever its indices
+        # hold; the segment's check is registered and judged the next cycle, which stops the
+        # walk (a segment late) on the first bad index. `checked` only passes judged segments.
+        judge = Signal()
+        judged_bad = Signal(LANES)
+        judged_line = Signal(28)
+        judged_table = Signal.like(table)
+        judged_end = Signal(32)
         table_exhausted = table_end == cursor  # also covers tables with no indices at all
         step = Signal()
         m.d.comb += [
             step.eq(active & ~table_exhausted & self.lines.valid),
             self.lines.ready.eq(step & ((segment_end == line_end)
                                         | (segment_end == num_indices))),
-            self.checked.eq(cursor),
-            self.done.eq(~active),
+            self.done.eq(~active & ~judge),
         ]
 
         with m.If(self.start):
@@ -362,24 +368,32 @@ class IndexValidator(wiring.Component):
                 num_indices.eq(self.num_indices), cursor.eq(0), table.eq(0),
                 table_end.eq(self.table_starts[1]),
                 active.eq(self.num_indices != 0), self.lines_done.eq(0),
-                self.error.eq(ERROR_LAYOUT.const({})),
+                self.error.eq(ERROR_LAYOUT.const({})), self.checked.eq(0), judge.eq(0),
             ]
         with m.Elif(active & table_exhausted):
             m.d.sync += [table.eq(table + 1), table_end.eq(following_end)]
         with m.Elif(step):
             with m.If(self.lines.ready):
                 m.d.sync += self.lines_done.eq(self.lines_done + 1)
+            m.d.sync += cursor.eq(segment_end)
+            with m.If(segment_end == num_indices):
+                m.d.sync += active.eq(0)
+            with m.If(segment_end == table_end):
+                m.d.sync += [table.eq(table + 1), table_end.eq(following_end)]
+
+        with m.If(~self.start):
+            m.d.sync += [judge.eq(step), judged_bad.eq(bad), judged_line.eq(cursor[4:]),
+                         judged_table.eq(table), judged_end.eq(segment_end)]
+        any_bad, bad_lane = first_set(m, judged_bad, name="bad_lane")
+        with m.If(judge & ~self.start):
             with m.If(any_bad):
                 m.d.sync += [
                     self.error.code.eq(ErrorCode.INDEX_OUT_OF_RANGE),
-                    self.error.table.eq(table),
-                    self.error.position.eq(Cat(bad_lane, cursor[4:])),
+                    self.error.table.eq(judged_table),
+                    self.error.position.eq(Cat(bad_lane, judged_line)),
                     active.eq(0),
+                    judge.eq(0),   # the segment taken meanwhile is past the error
                 ]
             with m.Else():
-                m.d.sync += cursor.eq(segment_end)
-                with m.If(segment_end == num_indices):
-                    m.d.sync += active.eq(0)
-                with m.If(segment_end == table_end):
-                    m.d.sync += [table.eq(table + 1), table_end.eq(following_end)]
+                m.d.sync += self.checked.eq(judged_end)
         return m
