@@ -161,7 +161,10 @@ class LookupTap(wiring.Component):
         in_flight = Signal(ids)
         tapped_ar = self.enable & self.arvalid & is_table
         m.d.comb += self.ar_hold.eq(tapped_ar & in_flight.bit_select(self.arid, 1))
-        m.d.comb += [record.addr.eq(self.arid), record.data.eq(ar_line),
+        # A table read's line is recorded the cycle after its AR handshake, from registers (the
+        # handshake comes from the join's arbitration): its first beat comes a cycle later at
+        # the earliest, and the context read is transparent for the write.
+        m.d.sync += [record.addr.eq(self.arid), record.data.eq(ar_line),
                      record.en.eq(tapped_ar & self.ar_fire)]
 
         # Stage 1: the R beat is registered; the context read finishes.
@@ -190,12 +193,13 @@ class LookupTap(wiring.Component):
         s1_line = Signal(law)
         m.d.comb += s1_line.eq(Mux(advancing & (advance_id == s1_id), advance_line,
                                    lookup.data))
-        # Only within a burst: after its last beat the ID is free, and a new table read on it
-        # may be recording its own line in the cycle the write-back of the beat before comes.
+        # Only within a burst (after its last beat the ID is free for a new table read). The
+        # write-back of a burst's second-to-last beat comes at most a cycle after its last beat,
+        # before any new read on that ID records its line.
         m.d.sync += [advancing.eq(s1_tapped & ~s1_last), advance_id.eq(s1_id),
                      advance_line.eq(s1_line + 1)]
         m.d.comb += [advance.addr.eq(advance_id), advance.data.eq(advance_line),
-                     advance.en.eq(advancing & ~(record.en & (record.addr == advance_id)))]
+                     advance.en.eq(advancing)]
 
         # Stage 2: the filter read finishes. Stage 3: compare, record, push.
         s2_valid = Signal()
