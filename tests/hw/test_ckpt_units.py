@@ -110,6 +110,18 @@ def test_log_writer_fills_groups_and_rewrites_a_flushed_header():
     assert [int(final.lines[k]) for k in range(7)] == logged[:7]
 
 
+async def start_tap(ctx, dut, tables):
+    """Give the tap its tables (20-bit addresses), let it compute their extents, enable it."""
+    for t, table in enumerate(tables):
+        ctx.set(dut.tables[t], table_layout(20).const(table))
+    ctx.set(dut.table_count, len(tables))
+    ctx.set(dut.start, 1)
+    await ctx.tick()
+    ctx.set(dut.start, 0)
+    await ctx.tick().until(dut.ready)
+    ctx.set(dut.enable, 1)
+
+
 @pytest.mark.parametrize("dedup", [0, 16])
 def test_tap_logs_table_lines_once_and_never_drops_an_entry(dedup):
     dut = LookupTap(addr_width=20, id_width=4, max_tables=2, buffer_depth=8,
@@ -121,14 +133,7 @@ def test_tap_logs_table_lines_once_and_never_drops_an_entry(dedup):
     entries = []
 
     async def testbench(ctx):
-        for t, table in enumerate(tables):
-            ctx.set(dut.tables[t], table_layout(20).const(table))
-        ctx.set(dut.table_count, 2)
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        await ctx.tick().until(dut.ready)
-        ctx.set(dut.enable, 1)
+        await start_tap(ctx, dut, tables)
         # One read in flight per ID; the data comes back 3 cycles later; the consumer is
         # slow, so the buffer fills and the tap must hold the read data.
         pending = []   # (due cycle, id, line)
@@ -196,13 +201,7 @@ def test_tap_follows_bursts_beat_by_beat(seed):
     expected, entries = [], []
 
     async def testbench(ctx):
-        ctx.set(dut.tables[0], table_layout(20).const(table))
-        ctx.set(dut.table_count, 1)
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        await ctx.tick().until(dut.ready)
-        ctx.set(dut.enable, 1)
+        await start_tap(ctx, dut, [table])
         ctx.set(dut.entries.ready, 1)
         queue = list(reads)
         in_flight = {}   # ID -> [next line, beats left, table read?]
