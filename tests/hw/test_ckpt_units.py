@@ -245,3 +245,52 @@ def test_tap_follows_bursts_beat_by_beat(seed):
     run(dut, testbench)
     assert len(expected) > 100, "the draw made too few table beats to test"
     assert entries == expected, f"seed {seed}"
+
+
+def test_tap_filter_is_exact_for_back_to_back_repeats():
+    """Table reads answered one beat per cycle, many on the same line back to back or two
+    apart: with no line evicting another (16 lines, 16 filter slots), each is logged once,
+    at its first read, and every other read counts as a duplicate."""
+    dut = LookupTap(addr_width=20, id_width=4, max_tables=1, buffer_depth=64,
+                    dedup_entries=16)
+    draw = random.Random(7)
+    reads = []
+    while len(reads) < 200:
+        reads += [draw.randrange(16)] * draw.randint(1, 3)
+    entries = []
+
+    async def testbench(ctx):
+        await start_tap(ctx, dut, [{"base": 0, "rows": 16, "dim": 16, "mode": 0}])
+        ctx.set(dut.entries.ready, 1)
+        ctx.set(dut.rlast, 1)
+        ctx.set(dut.rresp, 0)
+        answer = None   # (ID, line) sent on AR last cycle, answered now
+        for n in range(len(reads) + 1):
+            ctx.set(dut.arvalid, int(n < len(reads)))
+            ctx.set(dut.ar_fire, int(n < len(reads)))
+            if n < len(reads):
+                ctx.set(dut.arid, n % 16)
+                ctx.set(dut.araddr, reads[n] * 64)
+            ctx.set(dut.r_fire, int(answer is not None))
+            if answer is not None:
+                ctx.set(dut.rid, answer[0])
+                ctx.set(dut.rdata, answer[1] + 1000)
+            assert not ctx.get(dut.ar_hold) and not ctx.get(dut.r_hold)
+            _, _, valid, payload = await ctx.tick().sample(dut.entries.valid,
+                                                            dut.entries.payload)
+            if valid:
+                entries.append((int(payload.line), int(payload.data)))
+            answer = (n % 16, reads[n]) if n < len(reads) else None
+        ctx.set(dut.arvalid, 0)
+        ctx.set(dut.ar_fire, 0)
+        ctx.set(dut.r_fire, 0)
+        while not ctx.get(dut.empty):
+            _, _, valid, payload = await ctx.tick().sample(dut.entries.valid,
+                                                            dut.entries.payload)
+            if valid:
+                entries.append((int(payload.line), int(payload.data)))
+        assert ctx.get(dut.duplicates) == len(reads) - len(set(reads))
+
+    run(dut, testbench)
+    first_reads = list(dict.fromkeys(reads))
+    assert entries == [(line, line + 1000) for line in first_reads]
