@@ -364,7 +364,7 @@ class UpdateDatapath(wiring.Component):
         ]
         accumulating = Signal(range(self.accumulate_latency + 2))
         applying = Signal(range(self._write_depth + 1))
-        accumulated = Signal()   # a sum leaves the adder into the buffer
+        sum_written = Signal()   # a sum leaves the adder into the buffer
         m.d.comb += [
             self.accumulate_idle.eq((accumulating == 0) & ~self.accumulate.valid),
             self.writes_queued.eq(writes.level != 0),
@@ -466,7 +466,7 @@ class UpdateDatapath(wiring.Component):
         queued_next = (writes.level + applying + apply_go -
                        (writes.r_en & writes.r_rdy))
         m.d.sync += [
-            sums_final.eq(accumulating + accumulate_go - accumulated == 0),
+            sums_final.eq(accumulating + accumulate_go - sum_written == 0),
             write_room.eq(queued_next < self._write_depth),
         ]
         m.d.comb += apply_go.eq(
@@ -731,7 +731,7 @@ class UpdateDatapath(wiring.Component):
         if self._delta_lanes:
             job_done[_Job.DELTA] = subtractor.o.valid
         finished_apply = job_done[_Job.APPLY]
-        m.d.comb += accumulated.eq(job_done[_Job.ACCUMULATE])
+        m.d.comb += sum_written.eq(job_done[_Job.ACCUMULATE])
         m.d.comb += [
             buffer_write.en.eq(job_done[_Job.ACCUMULATE] |
                                (job_done[_Job.DELTA] if self._corrections else 0)),
@@ -745,7 +745,7 @@ class UpdateDatapath(wiring.Component):
                 m.d.comb += [buffer_write.addr.eq(subtractor.o.payload.tag),
                              buffer_write.data.eq(subtractor.o.payload.result)]
         m.d.sync += [
-            accumulating.eq(accumulating + accumulate_go - accumulated),
+            accumulating.eq(accumulating + accumulate_go - sum_written),
             applying.eq(applying + apply_go - finished_apply),
         ]
         if not self._corrections:
