@@ -364,7 +364,6 @@ class UpdateDatapath(wiring.Component):
         ]
         accumulating = Signal(range(self.accumulate_latency + 2))
         applying = Signal(range(self._write_depth + 1))
-        sum_written = Signal()   # a sum leaves the adder into the buffer
         m.d.comb += [
             self.accumulate_idle.eq((accumulating == 0) & ~self.accumulate.valid),
             self.writes_queued.eq(writes.level != 0),
@@ -457,18 +456,12 @@ class UpdateDatapath(wiring.Component):
                 (adder_booked >> 1) |
                 Mux(apply_go & keep_deltas,
                     (1 << (product_slot - 1)) | (1 << (delta_slot - 1)), 0))
-        # Whether the sums are final and the write queue has room for one more line in flight,
-        # kept in registers from this cycle's counts and events (exactly what comparing the
-        # counts would say next cycle): `apply_go` takes the row stream's 512-bit output
-        # register and enables it, so it starts from flip-flops, not from adders.
+        # Whether the sums are final and the write queue has room for one more line in flight:
+        # registers set with the counters below (exactly what comparing the counts would say),
+        # because `apply_go` enables the row stream's 512-bit output register and so starts
+        # from flip-flops, not from adders.
         sums_final = Signal(init=1)
         write_room = Signal(init=1)
-        queued_next = (writes.level + applying + apply_go -
-                       (writes.r_en & writes.r_rdy))
-        m.d.sync += [
-            sums_final.eq(accumulating + accumulate_go - sum_written == 0),
-            write_room.eq(queued_next < self._write_depth),
-        ]
         m.d.comb += apply_go.eq(
             self.rows.valid & self.row_context.valid & sums_final &
             ~wants_accumulate & write_room & adder_free)
@@ -731,7 +724,6 @@ class UpdateDatapath(wiring.Component):
         if self._delta_lanes:
             job_done[_Job.DELTA] = subtractor.o.valid
         finished_apply = job_done[_Job.APPLY]
-        m.d.comb += sum_written.eq(job_done[_Job.ACCUMULATE])
         m.d.comb += [
             buffer_write.en.eq(job_done[_Job.ACCUMULATE] |
                                (job_done[_Job.DELTA] if self._corrections else 0)),
@@ -744,9 +736,14 @@ class UpdateDatapath(wiring.Component):
             with m.If(subtractor.o.valid):
                 m.d.comb += [buffer_write.addr.eq(subtractor.o.payload.tag),
                              buffer_write.data.eq(subtractor.o.payload.result)]
+        accumulating_next = accumulating + accumulate_go - job_done[_Job.ACCUMULATE]
+        applying_next = applying + apply_go - finished_apply
+        writes_level_next = writes.level + finished_apply - (writes.r_en & writes.r_rdy)
         m.d.sync += [
-            accumulating.eq(accumulating + accumulate_go - sum_written),
-            applying.eq(applying + apply_go - finished_apply),
+            accumulating.eq(accumulating_next),
+            applying.eq(applying_next),
+            sums_final.eq(accumulating_next == 0),
+            write_room.eq(writes_level_next + applying_next < self._write_depth),
         ]
         if not self._corrections:
             return m
