@@ -74,7 +74,8 @@ class OffsetsValidator(wiring.Component):
     start : ``In(1)``
         Pulse; ``mode``, ``capture``, ``first``, ``end``, ``bags``, ``tables``,
         ``num_indices``, ``threshold`` are sampled with it. ``lines`` must then deliver the
-        lines from the one holding entry ``first`` on.
+        lines from the one holding entry ``first`` on. CHECK mode walks the whole array:
+        ``first`` is 0.
     lines : ``In(stream.Signature(512))``
     checked : ``Out(32)``
         Entries below this have been processed (and passed, in CHECK mode). It follows the
@@ -123,11 +124,18 @@ class OffsetsValidator(wiring.Component):
         active = Signal()
         table = Signal(8)
         table_entry = Signal(32)       # entry where `table` begins (table * bags)
-        next_table_entry = Signal(33)  # entry where the next table begins
         previous = Signal(32)          # value of entry cursor - 1
-
-        by_tables = Signal()
-        m.d.comb += by_tables.eq((mode == OffsetsMode.CHECK) & (bags != 0))
+        by_tables = Signal()           # CHECK mode with bags: segments stop at table ends
+        # The walk's decisions (how far this step goes, whether it leaves the line) come from
+        # distances kept in registers, each with a registered "below 8" flag, so they are
+        # 3-bit comparisons, not 32-bit ones behind an adder on the cursor; they drive the
+        # line stream's ready.
+        left = Signal(32)              # end - cursor
+        left_small = Signal()          # left < 8
+        to_table = Signal(16)          # entries to the next table's start (by_tables)
+        to_table_small = Signal()      # to_table < 8
+        bags_small = Signal()          # bags < 8
+        at_table_start = Signal()      # cursor == table_entry
 
         # A cycle looks at one window of WINDOW entries of the line (the one holding the
         # cursor), not the whole line: a quarter of the comparators, and still faster than the
@@ -140,33 +148,46 @@ class OffsetsValidator(wiring.Component):
             for w in range(LANES // WINDOW):
                 with m.Case(w):
                     m.d.comb += [values[j].eq(lanes[w * WINDOW + j]) for j in range(WINDOW)]
-        window_base = Cat(Const(0, window_bits), cursor[window_bits:])
         low = cursor[:window_bits]
-        window_end = window_base + WINDOW
-        window_or_end = Mux(window_end < end, window_end, end)
-        segment_end = Signal(33)
-        m.d.comb += segment_end.eq(
-            Mux(by_tables & (next_table_entry < window_or_end), next_table_entry,
-                window_or_end))
+
+        # This step's segment: up to the window's end, `end`, or the next table's start.
+        room = Signal(window_bits + 1)
+        left_near = Signal(3)
+        table_near = Signal(3)
+        length = Signal(window_bits + 1)
+        m.d.comb += [
+            room.eq(WINDOW - low),
+            left_near.eq(Mux(left_small, left[:3], 7)),
+            table_near.eq(Mux(by_tables & to_table_small, to_table[:3], 7)),
+            length.eq(room),
+        ]
+        with m.If((left_near <= table_near) & (left_near < room)):
+            m.d.comb += length.eq(left_near)
+        with m.Elif(table_near < room):
+            m.d.comb += length.eq(table_near)
+        segment_end = Signal(32)
+        ends_walk = Signal()
+        ends_table = Signal()
         high = Signal(window_bits + 1)
-        m.d.comb += high.eq(segment_end - window_base)
+        m.d.comb += [
+            segment_end.eq(cursor + length),
+            ends_walk.eq(left_small & (left[:3] == length)),
+            ends_table.eq(by_tables & to_table_small & (to_table[:3] == length)),
+            high.eq(low + length),
+        ]
         mask = lane_mask(m, low, high, name="mask", lanes=WINDOW)
 
         zero_bad = Signal(WINDOW)
         falls = Signal(WINDOW)
         past = Signal(WINDOW)
         counted = Signal(WINDOW)
-        # Entry positions are Cat(j, cursor[window_bits:]): compare the window part once and
-        # the lane part per lane, instead of an adder and a 32-bit comparator per lane.
         first_window = Signal()
-        last_entry = Signal(32)
-        last_window = Signal()
-        m.d.comb += [first_window.eq(cursor[window_bits:] == 0), last_entry.eq(end - 1),
-                     last_window.eq(cursor[window_bits:] == last_entry[window_bits:])]
+        m.d.comb += first_window.eq(cursor[window_bits:] == 0)
         for j in range(WINDOW):
             before = previous if j == 0 else Mux(low == j, previous, values[j - 1])
             is_first = first_window & (j == 0)
-            is_last = last_window & (last_entry[:window_bits] == j)
+            # Lane j holds entry end - 1 when it is the left-th entry from the cursor.
+            is_last = left_small & (left[:3] == j + 1 - low) & (low <= j)
             m.d.comb += [
                 zero_bad[j].eq(is_first & (values[j] != 0)),
                 falls[j].eq(~is_first & (values[j] < before)),
@@ -188,8 +209,8 @@ class OffsetsValidator(wiring.Component):
                 with m.Case(j):
                     m.d.comb += first_value.eq(values[j])
 
-        line_end = Cat(Const(0, 4), cursor[4:]) + LANES
-        finishes_line = (segment_end == line_end) | (segment_end == end)
+        last_window_of_line = cursor[window_bits:4] == (LANES // WINDOW) - 1
+        finishes_line = ends_walk | (last_window_of_line & (length == room))
         step = Signal()
         # A table start is captured a cycle after the step that finds it: the decision (a
         # 32-bit comparison behind the line's valid) then drives one register, not the enables
@@ -221,31 +242,42 @@ class OffsetsValidator(wiring.Component):
                     m.d.sync += self.table_starts[t].eq(capture_value)
 
         with m.If(self.start):
+            left_at_start = self.end - self.first
             m.d.sync += [
                 mode.eq(self.mode), capture.eq(self.capture), end.eq(self.end),
                 bags.eq(self.bags), num_indices.eq(self.num_indices),
                 threshold.eq(self.threshold), cursor.eq(self.first),
+                by_tables.eq((self.mode == OffsetsMode.CHECK) & (self.bags != 0)),
+                left.eq(left_at_start), left_small.eq(left_at_start < 8),
+                to_table.eq(self.bags), to_table_small.eq(self.bags < 8),
+                bags_small.eq(self.bags < 8), at_table_start.eq(1),
                 active.eq(self.first != self.end), table.eq(0), table_entry.eq(0),
-                next_table_entry.eq(self.bags), previous.eq(0), self.count.eq(0),
+                previous.eq(0), self.count.eq(0),
                 self.lines_done.eq(0), self.error.eq(ERROR_LAYOUT.const({})),
                 self.checked.eq(self.first), judge.eq(0),
             ]
         with m.Elif(step):
             with m.If(self.lines.ready):
                 m.d.sync += self.lines_done.eq(self.lines_done + 1)
-            with m.If(capture & (mode == OffsetsMode.CHECK)
-                      & ((bags == 0) | (cursor == table_entry))):
+            with m.If(capture & (mode == OffsetsMode.CHECK) & ((bags == 0) | at_table_start)):
                 m.d.sync += [capture_pending.eq(1), capture_every.eq(bags == 0),
                              capture_table.eq(table), capture_value.eq(first_value)]
             with m.If(mode == OffsetsMode.COUNT):
                 hits = sum(mask[j] & counted[j] for j in range(WINDOW))
                 m.d.sync += self.count.eq(self.count + hits)
-            m.d.sync += [cursor.eq(segment_end), previous.eq(last_value)]
-            with m.If(segment_end == end):
+            left_after = left - length
+            to_table_after = to_table - length
+            m.d.sync += [cursor.eq(segment_end), previous.eq(last_value),
+                         left.eq(left_after), left_small.eq(left_after < 8),
+                         at_table_start.eq(ends_table)]
+            with m.If(ends_walk):
                 m.d.sync += active.eq(0)
-            with m.If(by_tables & (segment_end == next_table_entry)):
-                m.d.sync += [table.eq(table + 1), table_entry.eq(next_table_entry),
-                             next_table_entry.eq(next_table_entry + bags)]
+            with m.If(ends_table):
+                m.d.sync += [table.eq(table + 1), table_entry.eq(table_entry + bags),
+                             to_table.eq(bags), to_table_small.eq(bags_small)]
+            with m.Else():
+                m.d.sync += [to_table.eq(to_table_after),
+                             to_table_small.eq(to_table_after < 8)]
 
         with m.If(~self.start):
             m.d.sync += [

@@ -238,10 +238,11 @@ def random_offsets(draw, tables, bags):
 
 async def feed_until_done(ctx, dut, lines, draw, *, busy=0.3, watch=()):
     """After ``start``: offer ``lines`` with random gaps until the validator is done; return
-    the values of ``watch`` in the first cycle ``done`` is high (what a consumer sees) and the
-    highest ``checked`` seen on the way."""
+    the values of ``watch`` in the first cycle ``done`` is high (what a consumer sees), the
+    highest ``checked`` seen on the way and how many lines the validator took."""
     pending = list(lines)
     highest_checked = 0
+    taken_lines = 0
     while True:
         offer = bool(pending) and draw.random() >= busy
         ctx.set(dut.lines.valid, offer)
@@ -252,9 +253,10 @@ async def feed_until_done(ctx, dut, lines, draw, *, busy=0.3, watch=()):
         highest_checked = max(highest_checked, checked)
         if offer and taken:
             pending.pop(0)
+            taken_lines += 1
         if done:
             ctx.set(dut.lines.valid, 0)
-            return watched, highest_checked
+            return watched, highest_checked, taken_lines
 
 
 def run_offsets_jobs(jobs, *, seed=0):
@@ -280,7 +282,7 @@ def run_offsets_jobs(jobs, *, seed=0):
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            (starts,), highest_checked = await feed_until_done(
+            (starts,), highest_checked, taken_lines = await feed_until_done(
                 ctx, dut, lines_of(offsets)[first // 16:], draw, watch=[dut.table_starts])
             error = ctx.get(dut.error)
             results.append({
@@ -289,6 +291,7 @@ def run_offsets_jobs(jobs, *, seed=0):
                 "count": ctx.get(dut.count),
                 "starts": [starts[t] for t in range(settings["tables"] + 1)],
                 "highest_checked": highest_checked,
+                "taken_lines": taken_lines, "lines_done": ctx.get(dut.lines_done),
             })
 
     simulate(dut, testbench)
@@ -308,6 +311,9 @@ def test_offsets_validator_finds_the_first_problem():
         # What the bag sequencer may take: every entry once all passed, never a bad one.
         if expected["code"] == ErrorCode.NONE:
             assert result["highest_checked"] == len(offsets), (offsets, settings)
+            # Every line is taken, the last one too, so the next pass starts on a fresh line.
+            lines = (len(offsets) + 15) // 16
+            assert result["taken_lines"] == result["lines_done"] == lines, (offsets, settings)
             bags = settings["bags"]
             assert result["starts"] == [offsets[t * bags]
                                         for t in range(settings["tables"] + 1)]
@@ -324,6 +330,8 @@ def test_offsets_validator_counts_bag_starts():
     for (threshold, first, end), result in zip(windows, run_offsets_jobs(jobs), strict=True):
         assert result["count"] == sum(v <= threshold for v in offsets[first:end])
         assert result["highest_checked"] == end
+        lines = (end + 15) // 16 - first // 16 if end > first else 0
+        assert result["taken_lines"] == result["lines_done"] == lines
 
 
 def index_reference(indices, starts, rows):
@@ -364,20 +372,25 @@ def test_index_validator_names_position_and_table():
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            _, highest_checked = await feed_until_done(ctx, dut, lines_of(indices), draw)
+            _, highest_checked, taken_lines = await feed_until_done(ctx, dut, lines_of(indices),
+                                                                    draw)
             error = ctx.get(dut.error)
             results.append({"code": error.code, "table": error.table,
-                            "position": error.position, "highest_checked": highest_checked})
+                            "position": error.position, "highest_checked": highest_checked,
+                            "taken_lines": taken_lines, "lines_done": ctx.get(dut.lines_done)})
 
     simulate(dut, testbench)
     for (indices, starts, rows), result in zip(jobs, results, strict=True):
         expected = index_reference(indices, starts, rows)
         highest_checked = result.pop("highest_checked")
+        taken_lines, lines_done = result.pop("taken_lines"), result.pop("lines_done")
         assert result == expected, (indices, starts, rows)
         # `checked` (what the gather issuer may use) never passes a bad index, and covers
         # every index once all pass.
         if expected["code"] == ErrorCode.NONE:
             assert highest_checked == len(indices), (indices, starts, rows)
+            lines = (len(indices) + 15) // 16
+            assert taken_lines == lines_done == lines, (indices, starts, rows)
         else:
             assert highest_checked <= expected["position"], (indices, starts, rows)
 
