@@ -76,11 +76,9 @@ def landed_line(values, line, limit, poison):
     return sum(value << (32 * lane) for lane, value in enumerate(entries))
 
 
-@pytest.mark.parametrize("registered_ready", [False, True], ids=["combinational", "registered"])
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_issuer_waits_for_landed_indices_and_keeps_bag_order(registered_ready, seed):
-    draw = random.Random(seed)
-    bags, indices, weights = draw_bags(draw, 24)
+def run_issuer(draw, bags, indices, weights, *, registered_ready):
+    """Feed ``bags`` to an issuer whose index and weight limits grow a position at a time;
+    return the (addr, read, context) ops it issued, its error and whether it took every bag."""
     dut = GatherIssuer(max_tables=len(TABLES), max_dim=64, addr_width=ADDR_WIDTH, bag_slots=4,
                        registered_ready=registered_ready)
     config = data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES)
@@ -98,8 +96,14 @@ def test_issuer_waits_for_landed_indices_and_keeps_bag_order(registered_ready, s
                 await ctx.tick()
             ctx.set(dut.descriptors.payload, descriptor.const(bag))
             ctx.set(dut.descriptors.valid, 1)
-            await ctx.tick().until(dut.descriptors.ready)
+            while True:
+                _, _, taken, code = await ctx.tick().sample(dut.descriptors.ready,
+                                                            dut.error.code)
+                if taken or code != ErrorCode.NONE:
+                    break
             ctx.set(dut.descriptors.valid, 0)
+            if not taken:
+                return   # an error: the issuer takes no more bags
         state["fed"] = True
 
     async def grow_limits(ctx):
@@ -131,9 +135,11 @@ def test_issuer_waits_for_landed_indices_and_keeps_bag_order(registered_ready, s
                                                           dut.requests.payload)
             if ready and valid:
                 issued.append((request.addr, request.read, request.context))
-            finished = state["fed"] and ctx.get(dut.idle)
+            # After an error the issuer holds its bags until the engine stops it.
+            failed = ctx.get(dut.error.code) != ErrorCode.NONE
+            finished = (state["fed"] and ctx.get(dut.idle)) or failed
             quiet = quiet + 1 if finished else 0
-        state["error"] = ctx.get(dut.error.code)
+        state["error"] = ctx.get(dut.error)
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)
@@ -142,8 +148,18 @@ def test_issuer_waits_for_landed_indices_and_keeps_bag_order(registered_ready, s
     sim.add_process(serve_windows)
     sim.add_testbench(take_requests)
     sim.run_until(20_000e-6)
-    assert state["fed"], f"seed {seed}: the issuer stopped taking descriptors"
-    assert state["error"] == ErrorCode.NONE, f"seed {seed}: an index was read before it landed"
+    return issued, state["error"], state["fed"]
+
+
+@pytest.mark.parametrize("registered_ready", [False, True], ids=["combinational", "registered"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_issuer_waits_for_landed_indices_and_keeps_bag_order(registered_ready, seed):
+    draw = random.Random(seed)
+    bags, indices, weights = draw_bags(draw, 24)
+    issued, error, fed = run_issuer(draw, bags, indices, weights,
+                                    registered_ready=registered_ready)
+    assert fed, f"seed {seed}: the issuer stopped taking descriptors"
+    assert error.code == ErrorCode.NONE, f"seed {seed}: an index was read before it landed"
 
     by_bag = {bag["out_line"]: [] for bag in bags}
     for addr, read, context in issued:
@@ -155,3 +171,21 @@ def test_issuer_waits_for_landed_indices_and_keeps_bag_order(registered_ready, s
     for bag in bags:
         assert by_bag[bag["out_line"]] == expected_ops(bag, indices, weights), \
             f"seed {seed}, bag {bag}"
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_issuer_reports_an_index_past_its_table_and_issues_no_row_for_it(seed):
+    """An index that changed under a running command (past its table's rows) is named by
+    table, bag and position, and no line of that row is read."""
+    draw = random.Random(seed)
+    bags, indices, weights = draw_bags(draw, 24)
+    bad_bag = draw.choice([b for b in bags if b["length"]])
+    position = bad_bag["start"] + draw.randrange(bad_bag["length"])
+    table = TABLES[bad_bag["table"]]
+    indices[position] = table["rows"] + draw.randrange(3)
+    issued, error, _ = run_issuer(draw, bags, indices, weights, registered_ready=True)
+    assert (error.code, error.table, error.bag, error.position) == \
+        (ErrorCode.INDEX_OUT_OF_RANGE, bad_bag["table"], bad_bag["bag"], position), \
+        f"seed {seed}"
+    bad_line = (table["base"] >> 6) + indices[position] * (table["dim"] // LANES)
+    assert all(addr != bad_line for addr, read, _ in issued if read), f"seed {seed}"
