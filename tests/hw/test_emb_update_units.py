@@ -263,6 +263,48 @@ def test_word_readers_share_a_router_with_back_pressure(shared):
         assert results[name] == [(base * 16 + k) & 0xFFFF_FFFF for k in range(words)]
 
 
+def test_word_reader_delivers_a_word_per_cycle():
+    """With its lines at hand and a consumer always ready, a reader's words leave on
+    consecutive cycles, across its lines (its output register refills as it is taken)."""
+    reader = WordReader(line_address_width=20)
+    base, words = 300, 45
+    cycles = []
+
+    async def serve_lines(ctx):
+        asked = []
+        async for _, _, valid, address, taken in ctx.tick().sample(
+                reader.request.valid, reader.request.payload, reader.lines.ready):
+            if taken:
+                asked.pop(0)
+            if valid:
+                asked.append(address)
+            ctx.set(reader.lines.valid, bool(asked))
+            if asked:
+                ctx.set(reader.lines.payload, sum(((asked[0] * 16 + k) & 0xFFFF_FFFF) << (32 * k)
+                                                  for k in range(16)))
+
+    async def consume(ctx):
+        ctx.set(reader.request.ready, 1)
+        ctx.set(reader.o.ready, 1)
+        ctx.set(reader.base, base)
+        ctx.set(reader.words, words)
+        ctx.set(reader.start, 1)
+        await ctx.tick()
+        ctx.set(reader.start, 0)
+        received = []
+        cycle = 0
+        while len(received) < words:
+            _, _, valid, word = await ctx.tick().sample(reader.o.valid, reader.o.payload)
+            cycle += 1
+            if valid:
+                received.append(word)
+                cycles.append(cycle)
+        assert received == [(base * 16 + k) & 0xFFFF_FFFF for k in range(words)]
+
+    simulate(reader, consume, processes=(serve_lines,), deadline=1_000)
+    assert cycles[-1] - cycles[0] == words - 1, cycles
+
+
 @pytest.mark.parametrize("shared", [("b", "c"), ("a", "b", "c")])
 def test_router_shared_buffer_keeps_each_source_in_order(shared):
     """Three sources take whole lines with random back-pressure; ``c`` stops taking for a
