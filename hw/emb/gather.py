@@ -77,7 +77,9 @@ class GatherIssuer(wiring.Component):
     its index has only just landed. ``start`` and ``stop`` clear the readiness.
     """
 
-    ROW_QUEUE_DEPTH = 4
+    #: Room for the ops in stages P and Q besides the three the queue holds to put out a
+    #: one-line row every cycle (``room`` counts all of them).
+    ROW_QUEUE_DEPTH = 5
 
     def __init__(self, *, max_tables, max_dim, addr_width, bag_slots, registered_ready=False):
         self._registered_ready = bool(registered_ready)

@@ -189,3 +189,51 @@ def test_issuer_reports_an_index_past_its_table_and_issues_no_row_for_it(seed):
         f"seed {seed}"
     bad_line = (table["base"] >> 6) + indices[position] * (table["dim"] // LANES)
     assert all(addr != bad_line for addr, read, _ in issued if read), f"seed {seed}"
+
+
+def test_issuer_issues_a_line_per_cycle():
+    """Rows of one line each, every index landed, requests always taken: after the first,
+    the issuer puts out an op every cycle (its pipeline and row queue never starve)."""
+    bags = [{"table": 0, "bag": number, "start": 4 * number, "length": 4,
+             "out_line": 0x100 + number, "scale": 0} for number in range(32)]
+    indices = [k % TABLES[0]["rows"] for k in range(4 * len(bags))]
+    dut = GatherIssuer(max_tables=len(TABLES), max_dim=64, addr_width=ADDR_WIDTH, bag_slots=4,
+                       registered_ready=True)
+    descriptor = descriptor_layout(LINE_ADDR_WIDTH)
+    cycles = []
+
+    async def feed_descriptors(ctx):
+        ctx.set(dut.table_config,
+                data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES))
+        ctx.set(dut.index_limit, len(indices))
+        ctx.set(dut.weight_limit, len(indices))
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        for bag in bags:
+            ctx.set(dut.descriptors.payload, descriptor.const(bag))
+            ctx.set(dut.descriptors.valid, 1)
+            await ctx.tick().until(dut.descriptors.ready)
+        ctx.set(dut.descriptors.valid, 0)
+
+    async def serve_windows(ctx):
+        async for _, _, index_addr in ctx.tick().sample(dut.index_addr):
+            ctx.set(dut.index_data, landed_line(indices, index_addr, len(indices), 0))
+
+    async def take_requests(ctx):
+        ctx.set(dut.requests.ready, 1)
+        cycle = 0
+        while len(cycles) < len(indices):
+            _, _, valid = await ctx.tick().sample(dut.requests.valid)
+            cycle += 1
+            if valid:
+                cycles.append(cycle)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(feed_descriptors)
+    sim.add_process(serve_windows)
+    sim.add_testbench(take_requests)
+    sim.run_until(2_000e-6)
+    assert len(cycles) == len(indices), "the issuer stopped"
+    assert cycles[-1] - cycles[0] == len(indices) - 1, cycles
