@@ -77,9 +77,7 @@ class GatherIssuer(wiring.Component):
     its index has only just landed. ``start`` and ``stop`` clear the readiness.
     """
 
-    #: Room for the ops in stages P and Q besides the three the queue holds to put out a
-    #: one-line row every cycle (``room`` counts all of them).
-    ROW_QUEUE_DEPTH = 5
+    ROW_QUEUE_DEPTH = 4
 
     def __init__(self, *, max_tables, max_dim, addr_width, bag_slots, registered_ready=False):
         self._registered_ready = bool(registered_ready)
@@ -158,8 +156,7 @@ class GatherIssuer(wiring.Component):
                                           depth=self.ROW_QUEUE_DEPTH)
         m.submodules.row_queue = ResetInserter(self.start)(row_queue)  # forget an aborted op
         p_valid = Signal()
-        q_valid = Signal()
-        room = row_queue.level + p_valid + q_valid < self.ROW_QUEUE_DEPTH
+        room = row_queue.level + p_valid < self.ROW_QUEUE_DEPTH
         error_seen = Signal()
         go = Signal()
         m.d.comb += go.eq(~self.stop & ~error_seen & room & ready.any())
@@ -192,7 +189,7 @@ class GatherIssuer(wiring.Component):
 
         m.d.comb += [self.index_addr.eq(c_position >> 4), self.weight_addr.eq(c_position >> 4)]
 
-        # --- stage P: the index (and weight) arrive; pick them and the table's configuration -
+        # --- stage P: the index (and weight) arrive; form the row op -------------------------
         p_kind = Signal(OpKind)
         p_slot = Signal(self._slot_bits)
         p_table = Signal(8)
@@ -226,48 +223,34 @@ class GatherIssuer(wiring.Component):
             for t in range(self._max_tables):
                 with m.Case(t):
                     m.d.comb += config.eq(self.table_config[t])
-
-        # --- stage Q: check the index and form the row op, from registers: the row's line
-        # address (a multiplier and an adder) is then the only logic before the queue.
-        q_op = Signal(self._row_op_layout())
-        q_index = Signal(32)
-        q_rows = Signal(32)
-        q_base_line = Signal(law)
-        q_table = Signal(8)
-        q_bag = Signal(16)
-        q_position = Signal(32)
-        m.d.sync += q_valid.eq(p_valid & ~self.start)
-        m.d.sync += [
-            q_op.kind.eq(p_kind),
-            q_op.slot.eq(p_slot),
-            q_op.first.eq(p_first),
-            q_op.last.eq(p_last),
-            q_op.factor.eq(Mux(p_kind == OpKind.ROW, Mux(p_weighted, weight, ONE),
-                               Mux(p_kind == OpKind.SCALE, p_scale, 0))),
-            q_op.out_line.eq(p_out_line),
-            q_op.lines.eq(config.dim >> 4),
-            q_index.eq(index), q_rows.eq(config.rows), q_base_line.eq(config.base >> 6),
-            q_table.eq(p_table), q_bag.eq(p_bag), q_position.eq(p_position),
-        ]
-        out_of_range = (q_op.kind == OpKind.ROW) & (q_index >= q_rows)
+        lines_per_row = Signal(range(self._max_lines + 1))
+        m.d.comb += lines_per_row.eq(config.dim >> 4)
+        out_of_range = (p_kind == OpKind.ROW) & (index >= config.rows)
 
         row_op = Signal(self._row_op_layout())
         m.d.comb += [
-            row_op.eq(q_op),
-            row_op.row_line.eq(q_base_line + q_index * q_op.lines),
+            row_op.kind.eq(p_kind),
+            row_op.slot.eq(p_slot),
+            row_op.first.eq(p_first),
+            row_op.last.eq(p_last),
+            row_op.factor.eq(Mux(p_kind == OpKind.ROW, Mux(p_weighted, weight, ONE),
+                                 Mux(p_kind == OpKind.SCALE, p_scale, 0))),
+            row_op.out_line.eq(p_out_line),
+            row_op.row_line.eq((config.base >> 6) + index * lines_per_row),
+            row_op.lines.eq(lines_per_row),
             row_queue.w_data.eq(row_op),
-            row_queue.w_en.eq(q_valid & ~out_of_range & ~error_seen),
-            self.row_issued.eq(row_queue.w_en & (q_op.kind == OpKind.ROW)),
+            row_queue.w_en.eq(p_valid & ~out_of_range & ~error_seen),
+            self.row_issued.eq(row_queue.w_en & (p_kind == OpKind.ROW)),
         ]
         with m.If(self.start):
             m.d.sync += [error_seen.eq(0), self.error.eq(ERROR_LAYOUT.const({}))]
-        with m.Elif(q_valid & out_of_range & ~error_seen):
+        with m.Elif(p_valid & out_of_range & ~error_seen):
             m.d.sync += [
                 error_seen.eq(1),
                 self.error.code.eq(ErrorCode.INDEX_OUT_OF_RANGE),
-                self.error.table.eq(q_table),
-                self.error.bag.eq(q_bag),
-                self.error.position.eq(q_position),
+                self.error.table.eq(p_table),
+                self.error.bag.eq(p_bag),
+                self.error.position.eq(p_position),
             ]
 
         # --- expand each row op into its line ops --------------------------------------------
@@ -379,7 +362,7 @@ class GatherIssuer(wiring.Component):
         m.d.sync += oldest.eq(Mux(self.start, 0, candidates[0]))
         m.d.comb += [
             self.freed.eq(oldest >> 4),
-            self.idle.eq(~Cat(active).any() & ~p_valid & ~q_valid & (row_queue.level == 0)),
+            self.idle.eq(~Cat(active).any() & ~p_valid & (row_queue.level == 0)),
         ]
         return m
 

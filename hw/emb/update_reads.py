@@ -241,8 +241,7 @@ class WordReader(wiring.Component):
     lines : ``In(stream.Signature(512))``
         The lines, in order.
     o : ``Out(stream.Signature(32))``
-        The words, little-endian within each line, from a register: the first word leaves a
-        cycle after its line arrives, then one per cycle.
+        The words, little-endian within each line.
     """
 
     def __init__(self, *, line_address_width):
@@ -262,12 +261,9 @@ class WordReader(wiring.Component):
         issued = Signal(29)
         delivered = Signal(32)
         next_line = Signal.like(self.request.payload)
-        o_valid = Signal()
-        o_data = Signal(32)
 
         with m.If(self.start):
             m.d.sync += [
-                o_valid.eq(0),
                 words.eq(self.words),
                 line_count.eq((self.words + _WORDS_PER_LINE - 1) >> 4),
                 issued.eq(0),
@@ -282,21 +278,13 @@ class WordReader(wiring.Component):
             with m.If(self.request.valid & self.request.ready):
                 m.d.sync += [issued.eq(issued + 1), next_line.eq(next_line + 1)]
 
-            # The word goes out from a register: the consumer's decision on it (a comparison
-            # that drives its ready) then starts from flip-flops, not from a 16-way word
-            # choice behind this reader's counter.
             lane = delivered[:4]
-            load = Signal()
             m.d.comb += [
-                load.eq(self.lines.valid & (delivered != words) & (~o_valid | self.o.ready)),
-                self.o.valid.eq(o_valid),
-                self.o.payload.eq(o_data),
+                self.o.valid.eq(self.lines.valid & (delivered != words)),
+                self.o.payload.eq(self.lines.payload.word_select(lane, 32)),
             ]
-            with m.If(load):
-                m.d.sync += [delivered.eq(delivered + 1), o_valid.eq(1),
-                             o_data.eq(self.lines.payload.word_select(lane, 32))]
+            with m.If(self.o.valid & self.o.ready):
+                m.d.sync += delivered.eq(delivered + 1)
                 last_of_line = (lane == _WORDS_PER_LINE - 1) | (delivered + 1 == words)
                 m.d.comb += self.lines.ready.eq(last_of_line)
-            with m.Elif(self.o.ready):
-                m.d.sync += o_valid.eq(0)
         return m
