@@ -35,8 +35,9 @@ from .layouts import LINE_BITS
 
 __all__ = ["LookupTap", "fold"]
 
-#: Pipeline stages between an R handshake and the FIFO write (the FIFO keeps this much room).
-_PIPELINE = 4
+#: Pipeline stages between an R handshake and the FIFO write (4), plus one: the FIFO keeps this
+#: much room (the join cannot hold a beat it has already offered).
+_PIPELINE = 5
 
 
 def fold(value, width, bits):
@@ -201,24 +202,30 @@ class LookupTap(wiring.Component):
         m.d.comb += [advance.addr.eq(advance_id), advance.data.eq(advance_line),
                      advance.en.eq(advancing)]
 
-        # Stage 2: the filter read finishes; the comparison is registered. Stage 3: push and
-        # remember, from registers (the push enables every word of the buffer).
+        # Stage 2: the filter is read at the registered line's slot (the context read and the
+        # bypass above take a whole cycle). Stage 3: the filter read finishes; the comparison is
+        # registered. Stage 4: push and remember, from registers (the push enables every word
+        # of the buffer).
         s2_valid = Signal()
         s2_line = Signal(law)
         s2_data = Signal(LINE_BITS)
         m.d.sync += [s2_valid.eq(s1_valid), s2_line.eq(s1_line), s2_data.eq(s1_data)]
         s3_valid = Signal()
-        s3_hit = Signal()   # s3's line is a duplicate
         s3_line = Signal(law)
         s3_data = Signal(LINE_BITS)
+        m.d.sync += [s3_valid.eq(s2_valid), s3_line.eq(s2_line), s3_data.eq(s2_data)]
+        s4_valid = Signal()
+        s4_hit = Signal()   # s4's line is a duplicate
+        s4_line = Signal(law)
+        s4_data = Signal(LINE_BITS)
         m.submodules.buffer = buffer = fifo.SyncFIFOBuffered(
             width=self.entry_layout.size, depth=self._buffer_depth)
         logged = Signal(32)
         duplicates = Signal(32)
         push = Signal()
-        fresh = Signal()   # s3's line is not a duplicate (push it if there is room)
-        m.d.comb += [fresh.eq(s3_valid & ~s3_hit), push.eq(fresh & buffer.w_rdy)]
-        m.d.sync += [s3_valid.eq(s2_valid), s3_line.eq(s2_line), s3_data.eq(s2_data)]
+        fresh = Signal()   # s4's line is not a duplicate (push it if there is room)
+        m.d.comb += [fresh.eq(s4_valid & ~s4_hit), push.eq(fresh & buffer.w_rdy)]
+        m.d.sync += [s4_valid.eq(s3_valid), s4_line.eq(s3_line), s4_data.eq(s3_data)]
         if self._dedup_entries:
             bits = exact_log2(self._dedup_entries)
             m.submodules.filter = seen = memory.Memory(
@@ -226,20 +233,20 @@ class LookupTap(wiring.Component):
             remember = seen.write_port()
             check = seen.read_port(transparent_for=(remember,))
             valid = Signal(self._dedup_entries)
-            m.d.comb += check.addr.eq(fold(s1_line, law, bits))
-            slot = fold(s2_line, law, bits)
-            # The line pushed this cycle is remembered too late for s2's filter read: compared
+            m.d.comb += check.addr.eq(fold(s2_line, law, bits))
+            slot = fold(s3_line, law, bits)
+            # The line pushed this cycle is remembered too late for s3's filter read: compared
             # directly.
-            m.d.sync += s3_hit.eq((valid.bit_select(slot, 1) & (check.data == s2_line)) |
-                                  (push & (s3_line == s2_line)))
-            s3_slot = fold(s3_line, law, bits)
-            m.d.comb += [remember.addr.eq(s3_slot), remember.data.eq(s3_line),
+            m.d.sync += s4_hit.eq((valid.bit_select(slot, 1) & (check.data == s3_line)) |
+                                  (push & (s4_line == s3_line)))
+            s4_slot = fold(s4_line, law, bits)
+            m.d.comb += [remember.addr.eq(s4_slot), remember.data.eq(s4_line),
                          remember.en.eq(push)]
             with m.If(self.start):
                 m.d.sync += valid.eq(0)
             with m.Elif(push):
-                m.d.sync += valid.eq(valid | (1 << s3_slot))
-            with m.If(s3_valid & s3_hit & ~self.start):
+                m.d.sync += valid.eq(valid | (1 << s4_slot))
+            with m.If(s4_valid & s4_hit & ~self.start):
                 m.d.sync += duplicates.eq(duplicates + 1)
         with m.If(self.start):
             m.d.sync += [logged.eq(0), duplicates.eq(0), self.dropped.eq(0)]
@@ -247,7 +254,7 @@ class LookupTap(wiring.Component):
             m.d.sync += self.dropped.eq(1)  # (only while lossy: r_hold keeps room otherwise)
         with m.Elif(push):
             m.d.sync += logged.eq(logged + 1)
-        m.d.comb += [buffer.w_en.eq(push), buffer.w_data.eq(Cat(s3_line, s3_data))]
+        m.d.comb += [buffer.w_en.eq(push), buffer.w_data.eq(Cat(s4_line, s4_data))]
 
         entry = data.View(self.entry_layout, buffer.r_data)
         m.d.comb += [
@@ -255,8 +262,8 @@ class LookupTap(wiring.Component):
             buffer.r_en.eq(self.entries.ready),
             # Room for every beat already in the pipeline plus the one that may arrive now.
             self.r_hold.eq(~self.lossy & (buffer.level > self._buffer_depth - _PIPELINE - 1)),
-            self.empty.eq(~buffer.r_rdy & ~s1_valid & ~s2_valid & ~s3_valid),
-            self.settled.eq(~s1_valid & ~s2_valid & ~s3_valid),
+            self.empty.eq(~buffer.r_rdy & ~s1_valid & ~s2_valid & ~s3_valid & ~s4_valid),
+            self.settled.eq(~s1_valid & ~s2_valid & ~s3_valid & ~s4_valid),
             self.logged.eq(logged), self.duplicates.eq(duplicates),
         ]
         return m
