@@ -121,11 +121,17 @@ class Pooler(wiring.Component):
         mul_latency, add_latency = self._mul_stages, self._add_stages
         depth = mul_latency + add_latency
 
-        m.submodules.accumulators = accumulators = memory.Memory(
-            shape=unsigned(32 * LANES), depth=2 ** (self._slot_bits + self._line_bits), init=[])
-        acc_write = accumulators.write_port()
-        acc_early = accumulators.read_port(transparent_for=(acc_write,))  # SCALE, at pop
-        acc_late = accumulators.read_port(transparent_for=(acc_write,))   # ROW, at the adder
+        # One accumulator memory per lane, each read through its own address register (with
+        # lane_replicas a copy per lane; see the reads below), so that no register addresses
+        # the LUT RAM of a whole 512-bit line.
+        acc_writes, acc_early_reads, acc_late_reads = [], [], []
+        for k in range(LANES):
+            lane_memory = memory.Memory(
+                shape=unsigned(32), depth=2 ** (self._slot_bits + self._line_bits), init=[])
+            m.submodules[f"accumulators_{k}"] = lane_memory
+            acc_writes.append(lane_memory.write_port())
+            acc_early_reads.append(lane_memory.read_port(domain="comb"))  # SCALE, at pop
+            acc_late_reads.append(lane_memory.read_port(domain="comb"))   # ROW, at the adder
 
         def address(context):
             return Cat(context.line, context.slot)
@@ -158,9 +164,16 @@ class Pooler(wiring.Component):
             self.ops.ready.eq(self.discard | (~hazard & (~makes_output(op) | has_room))),
             pop.eq(self.ops.valid & self.ops.ready),
             keep.eq(pop & ~self.discard),
-            acc_early.addr.eq(here),
         ]
         m.d.sync += [history_valid[0].eq(keep & writes_back(op)), history_address[0].eq(here)]
+        # A read at a registered address sees the writes of every earlier cycle: a transparent
+        # synchronous read at ``here``.
+        early_addresses = lane_copies(m, here, history_address[0], name="acc_early_address",
+                                      copies=LANES, replicate=self._lane_replicas)
+        acc_early_data = Signal(32 * LANES)
+        for k in range(LANES):
+            m.d.comb += [acc_early_reads[k].addr.eq(early_addresses[k]),
+                         acc_early_data[32 * k:32 * (k + 1)].eq(acc_early_reads[k].data)]
         for k in range(1, depth):
             m.d.sync += [history_valid[k].eq(history_valid[k - 1]),
                          history_address[k].eq(history_address[k - 1])]
@@ -195,18 +208,27 @@ class Pooler(wiring.Component):
             lane = slice(32 * k, 32 * (k + 1))
             m.d.comb += [
                 mul.i.payload.a[k].eq(Mux(uses_row[k], row_data[lane],
-                                          Mux(uses_acc[k], acc_early.data[lane], 0))),
+                                          Mux(uses_acc[k], acc_early_data[lane], 0))),
                 mul.i.payload.b[k].eq(factors[k]),
             ]
 
         middle = stage[mul_latency]
+        # The adder's accumulator operand is read at the address of the op one stage before
+        # it (two with a registered read); the stages shift every cycle, so that address
+        # registered is the next stage's.
+        read_stage = mul_latency - 1 - self._registered_read
+        late_addresses = lane_copies(m, address(stage[read_stage]),
+                                     address(stage[read_stage + 1]), name="acc_late_address",
+                                     copies=LANES, replicate=self._lane_replicas)
+        acc_late_data = Signal(32 * LANES)
+        for k in range(LANES):
+            m.d.comb += [acc_late_reads[k].addr.eq(late_addresses[k]),
+                         acc_late_data[32 * k:32 * (k + 1)].eq(acc_late_reads[k].data)]
         if self._registered_read:
             accumulated = Signal(32 * LANES)
-            m.d.comb += acc_late.addr.eq(address(stage[mul_latency - 2]))
-            m.d.sync += accumulated.eq(acc_late.data)
+            m.d.sync += accumulated.eq(acc_late_data)
         else:
-            accumulated = acc_late.data
-            m.d.comb += acc_late.addr.eq(address(stage[mul_latency - 1]))
+            accumulated = acc_late_data
         m.d.comb += [
             add.i.valid.eq(valid[mul_latency]),
             add.i.payload.b.eq(mul.o.payload),
@@ -230,15 +252,15 @@ class Pooler(wiring.Component):
         result = add.o.payload.as_value()
         push = Signal()
         m.d.comb += [
-            acc_write.addr.eq(address(tail)),
-            acc_write.data.eq(result),
-            acc_write.en.eq(valid[depth] & writes_back(tail)),
             push.eq(valid[depth] & makes_output(tail)),
             self.out.valid.eq(push),
             self.out.payload.line.eq(tail.out_line),
             self.out.payload.data.eq(result),
             self.idle.eq(~Cat(valid).any()),
         ]
+        for k, write in enumerate(acc_writes):
+            m.d.comb += [write.addr.eq(address(tail)), write.data.eq(result[32 * k:32 * (k + 1)]),
+                         write.en.eq(valid[depth] & writes_back(tail))]
         m.d.sync += outputs_in_flight.eq(outputs_in_flight + (keep & makes_output(op)) - push)
 
         with m.If(self.start):

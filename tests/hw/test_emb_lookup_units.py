@@ -1,6 +1,7 @@
 # amaranth: UnusedElaboratable=no
 """Unit tests (Amaranth simulator) of the lookup engine's pieces and its parameter checks."""
 
+import itertools
 import random
 
 import numpy as np
@@ -9,8 +10,10 @@ from amaranth.lib import data
 from amaranth.sim import Simulator
 
 from hw.emb.checks import CommandChecker
+from hw.emb.gather import OpKind, op_layout
 from hw.emb.layouts import ErrorCode, Opcode, PoolingMode, command_layout, table_layout
 from hw.emb.lookup import LookupEngine
+from hw.emb.pool import Pooler
 from hw.emb.reciprocal import Reciprocal
 from hw.emb.validate import IndexValidator, OffsetsMode, OffsetsValidator
 from hw.fp import FPAdd, FPMul
@@ -483,6 +486,106 @@ def test_line_writer_waits_for_enable_and_flushes_unstarted_lines():
 
     simulate(dut, testbench)
     assert written == [0]
+
+
+# ---------------------------------------------------------------------------- pooler
+def pooler_ops(draw, *, slots, lines, bags):
+    """Op contexts of ``bags`` bags (ROW lines; MEAN bags end with SCALE lines, empty bags are
+    ZERO) on ``slots`` bag slots, interleaved the way the issuer interleaves them, and the
+    line data each ROW carries."""
+    pending = []
+    for bag in range(bags):
+        rows = draw.randrange(0, 4)
+        mean = rows > 0 and draw.random() < 0.5
+        slot, out_line = bag % slots, bag * lines
+        ops = []
+        if rows == 0:
+            ops.append(dict(kind=OpKind.ZERO, slot=slot, line=0, first=0, last=0,
+                            factor=float(draw.choice([1.0, -1.0])), out_line=out_line))
+        for row in range(rows):
+            factor = float(np.float32(draw.uniform(-2, 2)))
+            for line in range(lines):
+                ops.append(dict(kind=OpKind.ROW, slot=slot, line=line, first=int(row == 0),
+                                last=int(row == rows - 1 and not mean), factor=factor,
+                                out_line=out_line + line))
+        if mean:
+            for line in range(lines):
+                ops.append(dict(kind=OpKind.SCALE, slot=slot, line=line, first=0, last=0,
+                                factor=float(np.float32(1 / rows)), out_line=out_line + line))
+        pending.append(ops)
+    # Bags in flight together use distinct slots: run them in groups of ``slots``, each
+    # group's ops interleaved at random (a bag's own ops stay in order).
+    ops = []
+    for group in range(0, bags, slots):
+        queues = [list(q) for q in pending[group:group + slots]]
+        while any(queues):
+            queue = draw.choice([q for q in queues if q])
+            ops.append(queue.pop(0))
+    return [(op, [float(np.float32(draw.uniform(-4, 4))) for _ in range(16)]) for op in ops]
+
+
+def pool_expected(ops):
+    """(out_line, 16 float32) of each output, the ops applied in order with float32
+    rounding after the multiply and after the add (as the FP lanes do)."""
+    accumulators, outputs = {}, []
+    for op, row in ops:
+        factor, key = np.float32(op["factor"]), (op["slot"], op["line"])
+        if op["kind"] == OpKind.ROW:
+            acc = np.zeros(16, np.float32) if op["first"] else accumulators[key]
+            result = acc + np.float32(row) * factor
+        elif op["kind"] == OpKind.SCALE:
+            result = accumulators[key] * factor + np.float32(-0.0)
+        else:
+            result = np.zeros(16, np.float32) * factor + np.float32(0.0)
+        if op["kind"] == OpKind.ROW and not op["last"]:
+            accumulators[key] = result
+        else:
+            outputs.append((op["out_line"], result.view(np.uint32).tolist()))
+    return outputs
+
+
+@pytest.mark.parametrize("fpga", [False, True], ids=["plain", "fpga_pipelining"])
+def test_pooler_matches_float32_with_ops_back_to_back(fpga):
+    """Ops offered every cycle (SCALEs of one bag's lines one after another, ROWs of other
+    bags between a bag's rows), so the accumulator reads must follow every op's address."""
+    slots, lines = 4, 2
+    layout = op_layout(slot_bits=2, line_bits=1, line_addr_width=16)
+    dut = Pooler(op_layout=layout, slot_bits=2, line_bits=1, line_addr_width=16,
+                 out_depth=8, mul_stages=2, add_stages=2,
+                 registered_accumulator_read=fpga, lane_replicas=fpga)
+    draw = random.Random(7)
+    ops = pooler_ops(draw, slots=slots, lines=lines, bags=40)
+    expected = pool_expected(ops)
+    got, popped = [], []  # popped: the cycle each op was taken
+
+    async def feed(ctx):
+        cycle = 0
+        for op, row in ops:
+            context = dict(op, factor=int(np.float32(op["factor"]).view(np.uint32)))
+            ctx.set(dut.ops.valid, 1)
+            ctx.set(dut.ops.payload, {"context": context, "error": 0,
+                                      "data": pack_line(np.float32(row).view(np.uint32))})
+            ready = False
+            while not ready:
+                _, _, ready = await ctx.tick().sample(dut.ops.ready)
+                cycle += 1
+            popped.append(cycle)
+        ctx.set(dut.ops.valid, 0)
+
+    async def collect(ctx):
+        while len(got) < len(expected):
+            _, _, valid, line, value = await ctx.tick().sample(
+                dut.out.valid, dut.out.payload.line, dut.out.payload.data)
+            if valid:
+                got.append((line, [(value >> (32 * k)) & 0xFFFF_FFFF for k in range(16)]))
+
+    simulate(dut, feed, collect)
+    assert got == expected
+    # The case a late accumulator read gets wrong: two SCALEs of different lines taken in
+    # consecutive cycles.
+    assert any(a["kind"] == b["kind"] == OpKind.SCALE and a["line"] != b["line"] and
+               popped[k + 1] == popped[k] + 1
+               for k, ((a, _), (b, _)) in enumerate(itertools.pairwise(ops)))
 
 
 # --------------------------------------------------------------- engine parameters
