@@ -20,7 +20,9 @@ is one more cycle in that wait.
 
 With ``lane_replicas`` each of the 16 multiplier lanes gets its own register of the op's
 operand choice and of its factor (:func:`hw.fanout.lane_copies`), loaded in the same
-cycle as the shared ones, so no single register drives all 512 operand bits.
+cycle as the shared ones, so no single register drives all 512 operand bits. The
+accumulators are one memory per lane, read at registered addresses (a read that sees every
+earlier cycle's writes); with ``lane_replicas`` each lane's memory has its own copies of them.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
