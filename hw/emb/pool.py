@@ -14,9 +14,8 @@ final ``sum * (1/L)`` reuses it instead of needing a second one. ``sum * f + (-0
 ``sum * f`` bit for bit, which lets SCALE share the adder as well.
 
 With ``registered_accumulator_read`` the adder's accumulator operand is read a cycle earlier
-and held in a register, so the accumulators' read address (one register fanned out to every
-LUT RAM of a 512-bit line on an FPGA) does not also drive the adder's first stage; the price
-is one more cycle in that wait.
+and held in a register, so the accumulators' read (a LUT RAM on an FPGA) does not also drive
+the adder's first stage; the price is one more cycle in that wait.
 
 With ``lane_replicas`` each of the 16 multiplier lanes gets its own register of the op's
 operand choice and of its factor (:func:`hw.fanout.lane_copies`), loaded in the same
@@ -138,6 +137,14 @@ class Pooler(wiring.Component):
         def address(context):
             return Cat(context.line, context.slot)
 
+        def read_line(reads, addresses):
+            """A line read lane by lane: each lane's port at that lane's address."""
+            line = Signal(32 * LANES)
+            for k in range(LANES):
+                m.d.comb += [reads[k].addr.eq(addresses[k]),
+                             line[32 * k:32 * (k + 1)].eq(reads[k].data)]
+            return line
+
         def writes_back(context):
             return (context.kind == OpKind.ROW) & ~context.last
 
@@ -172,10 +179,7 @@ class Pooler(wiring.Component):
         # synchronous read at ``here``.
         early_addresses = lane_copies(m, here, history_address[0], name="acc_early_address",
                                       copies=LANES, replicate=self._lane_replicas)
-        acc_early_data = Signal(32 * LANES)
-        for k in range(LANES):
-            m.d.comb += [acc_early_reads[k].addr.eq(early_addresses[k]),
-                         acc_early_data[32 * k:32 * (k + 1)].eq(acc_early_reads[k].data)]
+        acc_early_data = read_line(acc_early_reads, early_addresses)
         for k in range(1, depth):
             m.d.sync += [history_valid[k].eq(history_valid[k - 1]),
                          history_address[k].eq(history_address[k - 1])]
@@ -222,10 +226,7 @@ class Pooler(wiring.Component):
         late_addresses = lane_copies(m, address(stage[read_stage]),
                                      address(stage[read_stage + 1]), name="acc_late_address",
                                      copies=LANES, replicate=self._lane_replicas)
-        acc_late_data = Signal(32 * LANES)
-        for k in range(LANES):
-            m.d.comb += [acc_late_reads[k].addr.eq(late_addresses[k]),
-                         acc_late_data[32 * k:32 * (k + 1)].eq(acc_late_reads[k].data)]
+        acc_late_data = read_line(acc_late_reads, late_addresses)
         if self._registered_read:
             accumulated = Signal(32 * LANES)
             m.d.sync += accumulated.eq(acc_late_data)
