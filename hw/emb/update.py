@@ -60,7 +60,7 @@ from .layouts import (
     status_layout,
     table_layout,
 )
-from .lookup import check_bool
+from .lookup import LANES, check_bool
 from .update_checks import CommandChecker
 from .update_correct import CorrectionSequencer
 from .update_datapath import UpdateDatapath
@@ -408,7 +408,8 @@ class UpdateEngine(wiring.Component):
             line_address_width=line_address_width, sources=sources,
             # Rows and gradients stream at up to a line per cycle; the rest (word streams, a
             # bag's few lines) share one buffer.
-            shared=[name for name, _ in sources if name in _SHARED_SOURCES]))
+            shared=[name for name, _ in sources if name in _SHARED_SOURCES],
+            line_slices=LANES if self._fpga_pipelining else 1))
         readers = {name: per_command(f"{name}_reader",
                                      WordReader(line_address_width=line_address_width))
                    for name in ("offsets", "indices", "weights")}

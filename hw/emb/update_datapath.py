@@ -37,6 +37,7 @@ from amaranth.lib.wiring import In, Out
 from hw.fanout import lane_copies
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
+from hw.mem.sliced_fifo import SlicedFIFO
 
 from .update_fetch import row_context_layout
 from .update_reads import LINE_BITS
@@ -119,8 +120,9 @@ class UpdateDatapath(wiring.Component):
         second time, one line every other cycle). Needs ``corrections``.
     lane_replicas : bool
         Each multiplier and adder lane chooses its operands with its own copies of the
-        registers that choose them (:func:`hw.fanout.lane_copies`), for FPGA builds
-        (default False).
+        registers that choose them (:func:`hw.fanout.lane_copies`), and each lane's part of the
+        write queue has its own write enable and pointers (:class:`hw.mem.sliced_fifo.
+        SlicedFIFO`), for FPGA builds (default False).
     registered_operands : bool
         The multiplier's operands (chosen lane by lane) pass a register before the
         multiplier, so that a choice's inputs from across the engine reach the lanes in a
@@ -355,8 +357,11 @@ class UpdateDatapath(wiring.Component):
             correct_read = buffer.read_port() if self._corrections else None
         else:
             accumulate_read = apply_read = correct_read = buffer.read_port()
-        writes = m.submodules.writes = fifo.SyncFIFOBuffered(
-            width=self.writes.payload.shape().size, depth=self._write_depth)
+        # With lane_replicas each FP lane's part of the queue has its own write enable and
+        # pointers (hw.mem.sliced_fifo).
+        writes = m.submodules.writes = SlicedFIFO(
+            width=self.writes.payload.shape().size, depth=self._write_depth,
+            slices=_LANES if self._lane_replicas else 1)
         m.d.comb += [
             self.writes.valid.eq(writes.r_rdy),
             self.writes.payload.eq(writes.r_data),

@@ -18,6 +18,8 @@ from amaranth.hdl import Module, Mux, Shape, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.mem.sliced_fifo import SlicedFIFO, check_slices
+
 __all__ = ["LINE_BITS", "ReadRouter", "WordReader"]
 
 LINE_BITS = 512
@@ -37,6 +39,9 @@ class ReadRouter(wiring.Component):
     shared : sequence of str
         Sources whose entries live in the shared buffer (module docstring); the others get a
         FIFO each.
+    line_slices : int
+        Slices of each FIFO's line with their own write enable and pointers
+        (:class:`hw.mem.sliced_fifo.SlicedFIFO`; default 1, FPGA builds one per FP lane).
 
     Members
     -------
@@ -56,7 +61,7 @@ class ReadRouter(wiring.Component):
         A response this cycle carries SLVERR/DECERR (its data is delivered anyway).
     """
 
-    def __init__(self, *, line_address_width, sources, shared=()):
+    def __init__(self, *, line_address_width, sources, shared=(), line_slices=1):
         sources = tuple((str(name), depth) for name, depth in sources)
         if not sources:
             raise ValueError("At least one source is required")
@@ -70,6 +75,8 @@ class ReadRouter(wiring.Component):
             if name not in names:
                 raise ValueError(f"Shared source {name!r} is not one of the sources "
                                  f"{', '.join(map(repr, names))}")
+        check_slices(LINE_BITS, line_slices)
+        self._line_slices = line_slices
         self._sources = sources
         self._shared = frozenset(shared)
         self._line_address_width = line_address_width
@@ -129,8 +136,8 @@ class ReadRouter(wiring.Component):
                 level = Signal(range(depth + 1), name=f"{name}_stored")
                 lines = None
             else:
-                lines = m.submodules[f"{name}_lines"] = fifo.SyncFIFOBuffered(
-                    width=LINE_BITS, depth=depth)
+                lines = m.submodules[f"{name}_lines"] = SlicedFIFO(
+                    width=LINE_BITS, depth=depth, slices=self._line_slices)
                 level = lines.level
                 m.d.comb += [
                     response.valid.eq(lines.r_rdy),

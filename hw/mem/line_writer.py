@@ -1,8 +1,10 @@
 """Buffer 64-byte lines and write each one to memory as a single-beat AXI4 write."""
 
 from amaranth.hdl import Module, Signal, unsigned
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+
+from .sliced_fifo import SlicedFIFO, check_slices
 
 __all__ = ["LineWriter"]
 
@@ -10,10 +12,11 @@ __all__ = ["LineWriter"]
 class LineWriter(wiring.Component):
     """An output buffer in front of the AXI write channels (AW, W, B).
 
-    Lines wait in a FIFO of ``depth`` entries until ``enable``; each leaves as one AW and one
-    W beat (issued independently, as AXI allows), all with ID 0. ``flush`` drops lines that
-    have not started; a line whose AW or W is already on the bus is always completed, as AXI
-    requires.
+    Lines wait in a FIFO of ``depth`` entries (:class:`hw.mem.sliced_fifo.SlicedFIFO`, in
+    ``slices`` parts with their own write enable and pointers) until ``enable``; each leaves
+    as one AW and one W beat (issued independently, as AXI allows), all with ID 0. ``flush``
+    drops lines that have not started; a line whose AW or W is already on the bus is always
+    completed, as AXI requires.
 
     Members
     -------
@@ -36,9 +39,11 @@ class LineWriter(wiring.Component):
     #: Writes awaiting their B response before the writer pauses (keeps the count bounded).
     MAX_OUTSTANDING = 255
 
-    def __init__(self, *, depth, addr_width, line_width=512):
+    def __init__(self, *, depth, addr_width, line_width=512, slices=1):
         if not isinstance(depth, int) or depth < 2:
             raise ValueError(f"Depth must be an integer of at least 2, not {depth!r}")
+        check_slices(line_width, slices)
+        self._slices = slices
         self._depth = depth
         self._addr_width = addr_width
         self._line_width = line_width
@@ -65,11 +70,8 @@ class LineWriter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         layout = self.lines.payload.shape()
-        # SyncFIFOBuffered(d) is a (d - 1)-entry FIFO plus an output register: while that
-        # register refills it refuses a write at level d - 1 (always, for d = 2). One spare
-        # entry makes "level < depth" a guarantee that the next line is taken.
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
-                                                           depth=self._depth + 1)
+        m.submodules.queue = queue = SlicedFIFO(width=layout.size, depth=self._depth,
+                                                slices=self._slices)
         m.d.comb += [
             queue.w_en.eq(self.lines.valid),
             queue.w_data.eq(self.lines.payload),

@@ -1,0 +1,153 @@
+"""A line-wide FIFO whose controls are registers, copied per slice of the line.
+
+A :class:`amaranth.lib.fifo.SyncFIFOBuffered` of 512-bit lines is, on an ECP5, 128 LUT-RAM
+cells (4 bits each) sharing one write enable and one write address, and an output register
+whose enable is the consumer's ``ready``. Those nets are driven by the producer's and the
+consumer's handshake logic in the same cycle and spread over every cell of the line: in the
+ULX3S builds of the embedding engine they were the longest paths (18 ns of routing on the
+write enable of the update router's row FIFO).
+
+:class:`SlicedFIFO` has the same interface, capacity and latency, built so that no control
+net reaches more than one slice of the line:
+
+- a write is first registered (``w_data`` into a register that loads every cycle, so it has no
+  enable), and written to the memory the cycle after from that register, under a write enable
+  and address that are registers themselves;
+- the memory is split into ``slices`` memories (on an FPGA, the LUT RAM next to each FP lane),
+  each with its own copy of the write enable, write address and read address
+  (:func:`hw.fanout.lane_copies`);
+- ``r_data`` is read asynchronously at the registered read address, so no register's enable
+  spans the line.
+
+The memories are read asynchronously, which LUT RAM supports and block RAM does not: this FIFO
+is for shallow queues.
+"""
+
+from amaranth.hdl import Cat, Elaboratable, Module, Mux, Signal
+from amaranth.lib import memory
+from amaranth.lib.fifo import FIFOInterface
+
+from hw.fanout import lane_copies
+
+__all__ = ["SlicedFIFO", "check_slices", "slice_widths"]
+
+
+def _check_positive(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, not {value!r}")
+
+
+def check_slices(width, slices):
+    """Raise ``ValueError`` unless ``width`` bits can be cut into ``slices`` slices."""
+    _check_positive("Slice count", slices)
+    if slices > width:
+        raise ValueError(f"Slice count {slices} is more than the width {width}")
+
+
+def slice_widths(width, slices):
+    """``width`` bits in ``slices`` parts as equal as possible (the first ``width % slices``
+    a bit wider), from the least significant bits up."""
+    base, wider = divmod(width, slices)
+    return [base + (k < wider) for k in range(slices)]
+
+
+class SlicedFIFO(Elaboratable, FIFOInterface):
+    """Synchronous FIFO of ``depth`` entries of ``width`` bits, stored in ``slices`` memories.
+
+    The interface of :class:`amaranth.lib.fifo.SyncFIFOBuffered`: ``w_data``, ``w_en``,
+    ``w_rdy``, ``r_data``, ``r_en``, ``r_rdy``, ``level`` (``w_level`` and ``r_level`` are the
+    same), where ``level`` counts the entries written and not yet read, from the cycle after the
+    write. An entry written in cycle *t* is readable (``r_rdy``) in cycle *t* + :attr:`latency`,
+    the same as ``SyncFIFOBuffered``. Unlike it, ``w_rdy`` is ``level != depth``: the FIFO
+    takes a write whenever it has room.
+
+    Parameters (keyword-only)
+    -------------------------
+    width : int
+        Bits per entry.
+    depth : int
+        Entries (at least 1).
+    slices : int
+        Memories the entry is split into, as equal in width as possible (the first
+        ``width % slices`` are a bit wider). With more than one, each slice has its own copies
+        of the control registers (:func:`hw.fanout.replicated_register`), kept apart in the
+        board builds.
+    """
+
+    #: Cycles from a write to the entry being readable.
+    latency = 2
+
+    def __init__(self, *, width, depth, slices=1):
+        for name, value in (("Width", width), ("Depth", depth)):
+            _check_positive(name, value)
+        check_slices(width, slices)
+        super().__init__(width=width, depth=depth)
+        self._slices = slices
+        self.level = Signal(range(depth + 1))
+
+    @property
+    def slices(self):
+        return self._slices
+
+    @property
+    def slice_widths(self):
+        """Width of each slice, from the least significant bits up."""
+        return slice_widths(self.width, self._slices)
+
+    def elaborate(self, platform):
+        m = Module()
+        depth = self.depth
+        do_write = self.w_en & self.w_rdy
+        do_read = self.r_en & self.r_rdy
+
+        # ``level`` counts a write from the next cycle, while it is still in ``staged``;
+        # ``stored`` counts the entries already in the memories (what can be read).
+        staged = Signal()
+        staged_data = Signal(self.width)
+        stored = Signal(range(depth + 1))
+        m.d.sync += [
+            staged.eq(do_write),
+            staged_data.eq(self.w_data),  # no enable: ``staged`` says whether it is a write
+            self.level.eq(self.level + do_write - do_read),
+            stored.eq(stored + staged - do_read),
+        ]
+        m.d.comb += [
+            self.w_rdy.eq(self.level != depth),
+            self.r_rdy.eq(stored != 0),
+            self.w_level.eq(self.level),
+            self.r_level.eq(self.level),
+        ]
+
+        def advanced(pointer, step):
+            if depth == 1:
+                return pointer
+            return Mux(step, Mux(pointer == depth - 1, 0, pointer + 1), pointer)
+
+        produce = Signal(range(depth))
+        consume = Signal(range(depth))
+        produce_next = advanced(produce, staged)
+        consume_next = advanced(consume, do_read)
+        m.d.sync += [produce.eq(produce_next), consume.eq(consume_next)]
+
+        copies = {"copies": self._slices, "replicate": self._slices > 1}
+        write_enables = lane_copies(m, do_write, staged, name="write_enable", **copies)
+        write_addresses = lane_copies(m, produce_next, produce, name="write_address", **copies)
+        read_addresses = lane_copies(m, consume_next, consume, name="read_address", **copies)
+
+        read_slices = []
+        low = 0
+        for k, slice_width in enumerate(self.slice_widths):
+            storage = m.submodules[f"storage_{k}"] = memory.Memory(
+                shape=slice_width, depth=depth, init=[])
+            write = storage.write_port()
+            read = storage.read_port(domain="comb")
+            m.d.comb += [
+                write.en.eq(write_enables[k]),
+                write.addr.eq(write_addresses[k]),
+                write.data.eq(staged_data[low:low + slice_width]),
+                read.addr.eq(read_addresses[k]),
+            ]
+            read_slices.append(read.data)
+            low += slice_width
+        m.d.comb += self.r_data.eq(Cat(*read_slices))
+        return m
