@@ -10,17 +10,17 @@ Sources that take lines slowly (a word stream uses a line per 16 cycles) can ins
 their entries in one *shared* buffer: a single 512-bit memory with a fixed region per source
 and one read port, from which each source's output register is refilled. The credits are the
 same, but the FIFOs of the word streams, each a 512-bit memory a few lines deep, become one
-memory (on an FPGA one set of block RAMs instead of one per source). A shared source
+memory. A shared source
 delivers at most one line every third cycle. The buffer is written and read at registered
 addresses only, and with ``line_slices`` it is cut per FP lane with its own copies of them.
 """
 
 from amaranth.hdl import Module, Mux, Shape, Signal
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.fanout import lane_copies
-from hw.mem.sliced_fifo import SlicedFIFO, check_slices, slice_widths
+from hw.mem.sliced_fifo import SlicedFIFO, check_slices, registered_sliced_memory, slice_widths
 
 __all__ = ["LINE_BITS", "ReadRouter", "WordReader"]
 
@@ -235,16 +235,10 @@ class ReadRouter(wiring.Component):
 
 
 class _SharedBuffer:
-    """The shared sources' lines, in ``slices`` memories (as equal in width as possible), each
-    written and read only at registered addresses, under a registered write enable, with a
-    copy of those registers per slice (:func:`hw.fanout.lane_copies`): no net driven by the
-    handshakes of this cycle reaches a whole line.
-
-    A line that lands in cycle *t* (``write_next`` and ``write_address_next`` set in *t*) is
-    written at the end of *t* + 1, from a register that loads ``data`` every cycle. A read
-    asked for in cycle *t* (``read_address_next``) answers in *t* + 1 on ``read_data`` (an
-    asynchronous read at the registered address), so it sees every line that landed before
-    *t*."""
+    """The shared sources' lines (:func:`hw.mem.sliced_fifo.registered_sliced_memory`): a line
+    that lands in cycle *t* (``write_next``, ``write_address_next``) is written at the end of
+    *t* + 1; a read asked for in cycle *t* (``read_address_next``) answers in *t* + 1 on
+    ``read_data``, so it sees every line that landed before *t*."""
 
     def __init__(self, m, *, depth, slices, data):
         self._m = m
@@ -271,28 +265,12 @@ class _SharedBuffer:
                                     copies=self._slices, replicate=self._slices > 1)
 
     def connect(self):
-        m = self._m
-        staged_data = Signal(LINE_BITS)
-        m.d.sync += staged_data.eq(self._data)  # no enable: the write enable says if it counts
-        registers = {}
-        for name in ("write_next", "write_address_next", "read_address_next"):
-            value = getattr(self, name)
-            register = Signal.like(value, name=f"shared_{name.removesuffix('_next')}")
-            m.d.sync += register.eq(value)
-            registers[name] = lane_copies(m, value, register, name=register.name,
-                                          copies=self._slices, replicate=self._slices > 1)
-        for k, (low, width) in enumerate(self.slices):
-            lines = m.submodules[f"shared_lines_{k}"] = memory.Memory(
-                shape=width, depth=self._depth, init=[])
-            write = lines.write_port()
-            read = lines.read_port(domain="comb")
-            m.d.comb += [
-                write.en.eq(registers["write_next"][k]),
-                write.addr.eq(registers["write_address_next"][k]),
-                write.data.eq(staged_data[low:low + width]),
-                read.addr.eq(registers["read_address_next"][k]),
-                self.read_data[low:low + width].eq(read.data),
-            ]
+        _, read_data = registered_sliced_memory(
+            self._m, name="shared_lines", width=LINE_BITS, depth=self._depth,
+            slices=self._slices, write_enable=self.write_next,
+            write_address=self.write_address_next, write_data=self._data,
+            read_address=self.read_address_next)
+        self._m.d.comb += self.read_data.eq(read_data)
 
 
 class WordReader(wiring.Component):

@@ -23,13 +23,13 @@ The memories are read asynchronously, which LUT RAM supports and block RAM does 
 is for shallow queues.
 """
 
-from amaranth.hdl import Cat, Elaboratable, Module, Mux, Signal
+from amaranth.hdl import Elaboratable, Module, Mux, Signal
 from amaranth.lib import memory
 from amaranth.lib.fifo import FIFOInterface
 
 from hw.fanout import lane_copies
 
-__all__ = ["SlicedFIFO", "check_slices", "slice_widths"]
+__all__ = ["SlicedFIFO", "check_slices", "registered_sliced_memory", "slice_widths"]
 
 
 def _check_positive(name, value):
@@ -100,24 +100,6 @@ class SlicedFIFO(Elaboratable, FIFOInterface):
         do_write = self.w_en & self.w_rdy
         do_read = self.r_en & self.r_rdy
 
-        # ``level`` counts a write from the next cycle, while it is still in ``staged``;
-        # ``stored`` counts the entries already in the memories (what can be read).
-        staged = Signal()
-        staged_data = Signal(self.width)
-        stored = Signal(range(depth + 1))
-        m.d.sync += [
-            staged.eq(do_write),
-            staged_data.eq(self.w_data),  # no enable: ``staged`` says whether it is a write
-            self.level.eq(self.level + do_write - do_read),
-            stored.eq(stored + staged - do_read),
-        ]
-        m.d.comb += [
-            self.w_rdy.eq(self.level != depth),
-            self.r_rdy.eq(stored != 0),
-            self.w_level.eq(self.level),
-            self.r_level.eq(self.level),
-        ]
-
         def advanced(pointer, step):
             if depth == 1:
                 return pointer
@@ -125,29 +107,64 @@ class SlicedFIFO(Elaboratable, FIFOInterface):
 
         produce = Signal(range(depth))
         consume = Signal(range(depth))
-        produce_next = advanced(produce, staged)
         consume_next = advanced(consume, do_read)
-        m.d.sync += [produce.eq(produce_next), consume.eq(consume_next)]
+        m.d.sync += [produce.eq(advanced(produce, do_write)), consume.eq(consume_next)]
+        writing, read_data = registered_sliced_memory(
+            m, width=self.width, depth=depth, slices=self._slices, write_enable=do_write,
+            write_address=produce, write_data=self.w_data, read_address=consume_next)
 
-        copies = {"copies": self._slices, "replicate": self._slices > 1}
-        write_enables = lane_copies(m, do_write, staged, name="write_enable", **copies)
-        write_addresses = lane_copies(m, produce_next, produce, name="write_address", **copies)
-        read_addresses = lane_copies(m, consume_next, consume, name="read_address", **copies)
-
-        read_slices = []
-        low = 0
-        for k, slice_width in enumerate(self.slice_widths):
-            storage = m.submodules[f"storage_{k}"] = memory.Memory(
-                shape=slice_width, depth=depth, init=[])
-            write = storage.write_port()
-            read = storage.read_port(domain="comb")
-            m.d.comb += [
-                write.en.eq(write_enables[k]),
-                write.addr.eq(write_addresses[k]),
-                write.data.eq(staged_data[low:low + slice_width]),
-                read.addr.eq(read_addresses[k]),
-            ]
-            read_slices.append(read.data)
-            low += slice_width
-        m.d.comb += self.r_data.eq(Cat(*read_slices))
+        # ``level`` counts a write from the next cycle, while it is still on its way to the
+        # memory; ``stored`` counts the entries already in the memories (what can be read).
+        stored = Signal(range(depth + 1))
+        m.d.sync += [
+            self.level.eq(self.level + do_write - do_read),
+            stored.eq(stored + writing - do_read),
+        ]
+        m.d.comb += [
+            self.w_rdy.eq(self.level != depth),
+            self.r_rdy.eq(stored != 0),
+            self.w_level.eq(self.level),
+            self.r_level.eq(self.level),
+            self.r_data.eq(read_data),
+        ]
         return m
+
+
+def registered_sliced_memory(m, *, width, depth, slices, write_enable, write_address,
+                             write_data, read_address, name="storage"):
+    """A memory of ``depth`` entries of ``width`` bits, cut into ``slices`` memories (submodules
+    ``<name>_<k>``), that every control reaches through a register, copied per slice.
+
+    A write asked for in cycle *t* (``write_enable``, ``write_address``, ``write_data``) is
+    written at the end of *t* + 1, from registers: the data's loads every cycle (no enable),
+    the enable and address have a copy per slice. A read asked for in cycle *t*
+    (``read_address``) answers in *t* + 1 on ``read_data``, read asynchronously at a registered
+    address (a copy per slice), so it sees every write asked for before *t*. Returns
+    ``(writing, read_data)``: the registered write enable (a write lands this cycle) and the
+    read data."""
+    staged_data = Signal(width, name=f"{name}_write_data")
+    m.d.sync += staged_data.eq(write_data)  # no enable: the write enable says if it counts
+    registers = {}
+    for part, value in (("write_enable", write_enable), ("write_address", write_address),
+                        ("read_address", read_address)):
+        register = Signal.like(value, name=f"{name}_{part}")
+        m.d.sync += register.eq(value)
+        copies = lane_copies(m, value, register, name=register.name, copies=slices,
+                             replicate=slices > 1)
+        registers[part] = register, copies
+    read_data = Signal(width, name=f"{name}_read_data")
+    low = 0
+    for k, slice_width in enumerate(slice_widths(width, slices)):
+        storage = m.submodules[f"{name}_{k}"] = memory.Memory(
+            shape=slice_width, depth=depth, init=[])
+        write = storage.write_port()
+        read = storage.read_port(domain="comb")
+        m.d.comb += [
+            write.en.eq(registers["write_enable"][1][k]),
+            write.addr.eq(registers["write_address"][1][k]),
+            write.data.eq(staged_data[low:low + slice_width]),
+            read.addr.eq(registers["read_address"][1][k]),
+            read_data[low:low + slice_width].eq(read.data),
+        ]
+        low += slice_width
+    return registers["write_enable"][0], read_data

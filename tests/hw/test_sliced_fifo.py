@@ -77,8 +77,10 @@ def test_each_slice_has_its_own_control_registers():
     replicas = set(re.findall(rf"attribute \\{REPLICA_ATTRIBUTE} 1\n\s*wire width \d+ "
                               r"\\(\w+)_replica_(\d+)\n", text))
     # Write enable, write address and read address: one copy per slice.
-    assert replicas == {(name, str(k)) for name in ("write_enable", "write_address",
-                                                    "read_address") for k in range(4)}
+    assert replicas == {(f"storage_{name}", str(k)) for name in ("write_enable",
+                                                                 "write_address",
+                                                                 "read_address")
+                        for k in range(4)}
     single = SlicedFIFO(width=19, depth=4, slices=1)
     assert REPLICA_ATTRIBUTE not in rtlil.convert(single, ports=[single.w_data, single.r_data])
 
