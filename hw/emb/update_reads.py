@@ -10,17 +10,15 @@ Sources that take lines slowly (a word stream uses a line per 16 cycles) can ins
 their entries in one *shared* buffer: a single 512-bit memory with a fixed region per source
 and one read port, from which each source's output register is refilled. The credits are the
 same, but the FIFOs of the word streams, each a 512-bit memory a few lines deep, become one
-memory. A shared source
-delivers at most one line every third cycle. The buffer is written and read at registered
-addresses only, and with ``line_slices`` it is cut per FP lane with its own copies of them.
+memory (on an FPGA one set of block RAMs instead of one per source). A shared source
+delivers at most one line every third cycle.
 """
 
 from amaranth.hdl import Module, Mux, Shape, Signal
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.fanout import lane_copies
-from hw.mem.sliced_fifo import SlicedFIFO, check_slices, registered_sliced_memory, slice_widths
+from hw.mem.sliced_fifo import SlicedFIFO, check_slices
 
 __all__ = ["LINE_BITS", "ReadRouter", "WordReader"]
 
@@ -120,11 +118,13 @@ class ReadRouter(wiring.Component):
         shared = [(index, name, depth) for index, (name, depth) in enumerate(self._sources)
                   if name in self._shared]
         if shared:
-            # Written and read through registers only (``_SharedBuffer``): a region's slot is
-            # written only while free and read only while full, so a read never meets a write
-            # to its address.
-            buffer = _SharedBuffer(m, depth=sum(depth for _, _, depth in shared),
-                                   slices=self._line_slices, data=self.r.payload.data)
+            buffer = m.submodules.shared_lines = memory.Memory(
+                shape=LINE_BITS, depth=sum(depth for _, _, depth in shared), init=[])
+            buffer_write = buffer.write_port()
+            # A region's slot is written only while free and read only while full, so a read
+            # never meets a write to its address.
+            buffer_read = buffer.read_port(transparent_for=())
+            m.d.comb += buffer_write.data.eq(self.r.payload.data)
 
         responses, levels, in_flight = [], [], []
         granted = Signal()  # an earlier (higher-priority) source took this cycle's slot
@@ -186,23 +186,25 @@ class ReadRouter(wiring.Component):
         base = 0
         read_granted = Signal()
         for index, name, depth in shared:
-            refill = self._shared_source(m, buffer, base, depth, landed[index], levels[index],
+            refill = self._shared_source(m, buffer_write, buffer_read, base, depth,
+                                         landed[index], levels[index],
                                          getattr(self, f"{name}_response"), read_granted, name)
             read_granted_next = Signal(name=f"{name}_read_granted")
             m.d.comb += read_granted_next.eq(read_granted | refill)
             read_granted = read_granted_next
             base += depth
-        if shared:
-            buffer.connect()
         return m
 
     @staticmethod
-    def _shared_source(m, buffer, base, depth, landed, stored, response, read_granted, name):
+    def _shared_source(m, write, read, base, depth, landed, stored, response, read_granted,
+                       name):
         """One shared source: a ring of ``depth`` slots from ``base`` in the buffer, and an
-        output register refilled from the buffer when no earlier source reads it. Returns the
+        output register refilled through the read port when no earlier source uses it (the
+        read port is always enabled: only its address says whose line it reads). Returns the
         source's refill signal."""
         tail = Signal(range(depth), name=f"{name}_tail")
         head = Signal(range(depth), name=f"{name}_head")
+        loading = Signal(name=f"{name}_loading")  # the read port's data is ours this cycle
         out_valid = Signal(name=f"{name}_valid")
         out_data = Signal(LINE_BITS, name=f"{name}_data")
 
@@ -210,67 +212,23 @@ class ReadRouter(wiring.Component):
             return Mux(pointer == depth - 1, 0, pointer + 1)
 
         with m.If(landed):
-            m.d.comb += [buffer.write_next.eq(1), buffer.write_address_next.eq(base + tail)]
+            m.d.comb += [write.en.eq(1), write.addr.eq(base + tail)]
             m.d.sync += tail.eq(advance(tail))
         # Refill only an empty register: not one being taken, which would put the consumer's
         # ready in front of the read address (the update engine's longest path on ECP5). A
         # source then delivers a line every third cycle, plenty for a word stream.
         refill = Signal(name=f"{name}_refill")
-        # The buffer's read data is ours this cycle (and a copy of that per slice).
-        loading, slice_loading = buffer.reader(refill, name)
         m.d.comb += refill.eq((stored != 0) & ~loading & ~out_valid & ~read_granted)
         with m.If(refill):
-            m.d.comb += buffer.read_address_next.eq(base + head)
+            m.d.comb += read.addr.eq(base + head)
             m.d.sync += head.eq(advance(head))
-        m.d.sync += stored.eq(stored + landed - refill)
-        for (low, width), load in zip(buffer.slices, slice_loading, strict=True):
-            with m.If(load):
-                m.d.sync += out_data[low:low + width].eq(buffer.read_data[low:low + width])
+        m.d.sync += [stored.eq(stored + landed - refill), loading.eq(refill)]
         with m.If(loading):
-            m.d.sync += out_valid.eq(1)
+            m.d.sync += [out_data.eq(read.data), out_valid.eq(1)]
         with m.Elif(out_valid & response.ready):
             m.d.sync += out_valid.eq(0)
         m.d.comb += [response.valid.eq(out_valid), response.payload.eq(out_data)]
         return refill
-
-
-class _SharedBuffer:
-    """The shared sources' lines (:func:`hw.mem.sliced_fifo.registered_sliced_memory`): a line
-    that lands in cycle *t* (``write_next``, ``write_address_next``) is written at the end of
-    *t* + 1; a read asked for in cycle *t* (``read_address_next``) answers in *t* + 1 on
-    ``read_data``, so it sees every line that landed before *t*."""
-
-    def __init__(self, m, *, depth, slices, data):
-        self._m = m
-        self._depth = depth
-        self._slices = slices
-        address = range(depth)
-        self.write_next = Signal()
-        self.write_address_next = Signal(address)
-        self.read_address_next = Signal(address)
-        self.read_data = Signal(LINE_BITS)
-        self._data = data
-        self.slices = []
-        low = 0
-        for width in slice_widths(LINE_BITS, slices):
-            self.slices.append((low, width))
-            low += width
-
-    def reader(self, take, name):
-        """A register set the cycle after ``take`` (the read data is the reader's), and its
-        copy per slice."""
-        loading = Signal(name=f"{name}_loading")
-        self._m.d.sync += loading.eq(take)
-        return loading, lane_copies(self._m, take, loading, name=f"{name}_loading",
-                                    copies=self._slices, replicate=self._slices > 1)
-
-    def connect(self):
-        _, read_data = registered_sliced_memory(
-            self._m, name="shared_lines", width=LINE_BITS, depth=self._depth,
-            slices=self._slices, write_enable=self.write_next,
-            write_address=self.write_address_next, write_data=self._data,
-            read_address=self.read_address_next)
-        self._m.d.comb += self.read_data.eq(read_data)
 
 
 class WordReader(wiring.Component):

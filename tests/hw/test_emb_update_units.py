@@ -310,7 +310,7 @@ def test_word_reader_delivers_a_word_per_cycle():
 def test_router_shared_buffer_keeps_each_source_in_order(shared, line_slices):
     """Three sources take whole lines with random back-pressure; ``c`` stops taking for a
     long while, and the others must still get every line (their credits, not ``c``'s).
-    With ``line_slices`` the buffer and the FIFOs are cut per FP lane."""
+    With ``line_slices`` the FIFOs are cut per FP lane."""
     sources = [("a", 4), ("b", 3), ("c", 5)]
     router = ReadRouter(line_address_width=20, sources=sources, shared=shared,
                         line_slices=line_slices)
