@@ -121,8 +121,8 @@ class UpdateDatapath(wiring.Component):
     lane_replicas : bool
         Each multiplier and adder lane chooses its operands with its own copies of the
         registers that choose them (:func:`hw.fanout.lane_copies`), and each lane's part of the
-        write queue has its own write enable and pointers (:class:`hw.mem.sliced_fifo.
-        SlicedFIFO`), for FPGA builds (default False).
+        write queue has its own write enable and pointers
+        (:class:`~hw.mem.sliced_fifo.SlicedFIFO`), for FPGA builds (default False).
     registered_operands : bool
         The multiplier's operands (chosen lane by lane) pass a register before the
         multiplier, so that a choice's inputs from across the engine reach the lanes in a
