@@ -283,7 +283,8 @@ class LookupEngine(wiring.Component):
         for name, window in windows.items():
             m.submodules[f"{name}_window"] = window
         # With fpga_pipelining each 32-bit lane of a line is picked by its own pointer copy,
-        # and each lane's part of the writer's queue has its own write enable and pointers.
+        # and each lane's part of the reorder buffer's lines and of the writer's queue is
+        # addressed by its own registers.
         pointer_copies = LANES if self._fpga_pipelining else 1
         m.submodules.offsets_check = offsets_check = LinePrefetch(pointer_copies=pointer_copies)
         m.submodules.offsets_use = offsets_use = LinePrefetch(pointer_copies=pointer_copies)
@@ -298,7 +299,8 @@ class LookupEngine(wiring.Component):
             max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
             bag_slots=self._bag_slots, registered_ready=self._fpga_pipelining)
         m.submodules.reorder = reorder = ReadReorderBuffer(
-            depth=n_ids, addr_width=law, data_width=512, context=issuer.op_layout)
+            depth=n_ids, addr_width=law, data_width=512, context=issuer.op_layout,
+            line_slices=LANES if self._fpga_pipelining else None)
         m.submodules.pooler = pooler = Pooler(
             op_layout=issuer.op_layout, slot_bits=exact_log2(self._bag_slots),
             line_bits=self._line_bits, line_addr_width=law, out_depth=self._output_depth,

@@ -6,10 +6,14 @@ they were made. Because slots are released in that same order, the free list of 
 the ring itself: an ID is reused only after its data has been handed on.
 """
 
-from amaranth.hdl import Module, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
+
+from hw.fanout import lane_copies
+
+from .sliced_fifo import slice_widths
 
 __all__ = ["ReadReorderBuffer"]
 
@@ -33,6 +37,12 @@ class ReadReorderBuffer(wiring.Component):
         Width of one response beat.
     context : shape
         What the requester stores with each slot and gets back with the data.
+    line_slices : int or None
+        None (default): the oldest complete slot's data is read into an output register (a
+        block RAM's read port) and the slot is free from then on. An integer: the data is read
+        asynchronously from its slot, which stays taken until popped, in ``line_slices``
+        memories, each with its own copy of the registered slot number (LUT RAM on an FPGA: no
+        register's enable and no read address spans the whole line).
 
     Members
     -------
@@ -47,9 +57,15 @@ class ReadReorderBuffer(wiring.Component):
         No slot is in use and nothing waits in ``pop``.
     """
 
-    def __init__(self, *, depth, addr_width, data_width, context):
+    def __init__(self, *, depth, addr_width, data_width, context, line_slices=None):
         if not isinstance(depth, int) or depth < 2 or depth & (depth - 1):
             raise ValueError(f"Depth must be a power of two, at least 2, not {depth!r}")
+        if line_slices is not None and (isinstance(line_slices, bool)
+                                        or not isinstance(line_slices, int)
+                                        or not 1 <= line_slices <= data_width):
+            raise ValueError(f"Line slices must be None or an integer in 1..{data_width} (the "
+                             f"data width), not {line_slices!r}")
+        self._line_slices = line_slices
         self._depth = depth
         self._id_width = exact_log2(depth)
         self._data_width = data_width
@@ -79,24 +95,32 @@ class ReadReorderBuffer(wiring.Component):
         m = Module()
         depth, id_width = self._depth, self._id_width
 
-        m.submodules.lines = lines = memory.Memory(
-            shape=unsigned(self._data_width), depth=depth, init=[])
         m.submodules.contexts = contexts = memory.Memory(
             shape=self._context, depth=depth, init=[])
-        line_write = lines.write_port()
         context_write = contexts.write_port()
-        line_read = lines.read_port()
         context_read = contexts.read_port()
+        from_slot = self._line_slices is not None
+        widths = slice_widths(self._data_width, self._line_slices) if from_slot else [
+            self._data_width]
+        line_writes, line_reads = [], []
+        for k, width in enumerate(widths):
+            lines = m.submodules[f"lines_{k}" if from_slot else "lines"] = memory.Memory(
+                shape=unsigned(width), depth=depth, init=[])
+            line_writes.append(lines.write_port())
+            line_reads.append(lines.read_port(domain="comb" if from_slot else "sync"))
+        line_data = Cat(read.data for read in line_reads)
 
         tail = Signal(id_width)          # next slot to hand out
         head = Signal(id_width)          # oldest slot not yet moved to the output register
-        used = Signal(range(depth + 1))  # slots between head and tail
         complete = Signal(depth)         # slot holds its data (or needs none)
         failed = Signal(depth)           # slot's response carried an error
         out_valid = Signal()
         out_error = Signal()
 
-        has_room = used != depth
+        # Slots handed out and not yet free: between head and tail, and with from_slot also
+        # the one whose data waits in ``pop``.
+        taken = Signal(range(depth + 1))
+        has_room = taken != depth
         allocate = Signal()
         m.d.comb += [
             self.ar.valid.eq(self.request.valid & has_room & self.request.payload.read),
@@ -107,21 +131,37 @@ class ReadReorderBuffer(wiring.Component):
             context_write.addr.eq(tail),
             context_write.data.eq(self.request.payload.context),
             context_write.en.eq(allocate),
-            line_write.addr.eq(self.response.payload.id),
-            line_write.data.eq(self.response.payload.data),
-            line_write.en.eq(self.response.valid),
         ]
+        low = 0
+        for write, width in zip(line_writes, widths, strict=True):
+            m.d.comb += [
+                write.addr.eq(self.response.payload.id),
+                write.data.eq(self.response.payload.data[low:low + width]),
+                write.en.eq(self.response.valid),
+            ]
+            low += width
 
         # Move the oldest complete slot into the output register (the memories' read
-        # registers); the slot is free from then on.
+        # registers, or with from_slot the slot number the lines are read at).
         fetch = Signal()
         m.d.comb += [
             fetch.eq(complete.bit_select(head, 1) & (~out_valid | self.pop.ready)),
-            line_read.addr.eq(head),
-            line_read.en.eq(fetch),
             context_read.addr.eq(head),
             context_read.en.eq(fetch),
         ]
+        popped = out_valid & self.pop.ready
+        if from_slot:
+            out_slot = Signal(id_width)
+            out_slot_next = Mux(fetch, head, out_slot)
+            m.d.sync += out_slot.eq(out_slot_next)
+            addresses = lane_copies(m, out_slot_next, out_slot, copies=len(widths),
+                                    replicate=len(widths) > 1, name="out_slot")
+            for read, address in zip(line_reads, addresses, strict=True):
+                m.d.comb += read.addr.eq(address)
+            m.d.sync += taken.eq(taken + allocate - popped)
+        else:
+            m.d.comb += [line_reads[0].addr.eq(head), line_reads[0].en.eq(fetch)]
+            m.d.sync += taken.eq(taken + allocate - fetch)
 
         set_at_allocation = Signal(depth)  # slots that need no memory are complete at once
         set_by_response = Signal(depth)
@@ -150,13 +190,12 @@ class ReadReorderBuffer(wiring.Component):
                          out_error.eq(failed.bit_select(head, 1))]
         with m.Elif(self.pop.ready):
             m.d.sync += out_valid.eq(0)
-        m.d.sync += used.eq(used + allocate - fetch)
 
         m.d.comb += [
             self.pop.valid.eq(out_valid),
-            self.pop.payload.data.eq(line_read.data),
+            self.pop.payload.data.eq(line_data),
             self.pop.payload.context.eq(context_read.data),
             self.pop.payload.error.eq(out_error),
-            self.empty.eq((used == 0) & ~out_valid),
+            self.empty.eq((taken == 0) & ~out_valid),
         ]
         return m

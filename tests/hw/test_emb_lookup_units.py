@@ -85,10 +85,12 @@ def test_reciprocal_rejects_bad_stage_width(value):
 
 # ---------------------------------------------------------------------- reorder buffer
 
-def test_reorder_buffer_returns_in_order_over_shuffled_responses():
+@pytest.mark.parametrize("line_slices", [None, 1, 4])
+def test_reorder_buffer_returns_in_order_over_shuffled_responses(line_slices):
     depth = 8
     context = data.StructLayout({"tag": 16})
-    dut = ReadReorderBuffer(depth=depth, addr_width=20, data_width=32, context=context)
+    dut = ReadReorderBuffer(depth=depth, addr_width=20, data_width=32, context=context,
+                            line_slices=line_slices)
     draw = random.Random(3)
     requests = [(k, draw.random() < 0.75, draw.random() < 0.05) for k in range(300)]
     issued = {}        # id -> tag of the read it is serving
@@ -142,6 +144,9 @@ def test_reorder_buffer_returns_in_order_over_shuffled_responses():
 def test_reorder_buffer_rejects_bad_depth():
     with pytest.raises(ValueError, match=r"^Depth must be a power of two, at least 2, not 12$"):
         ReadReorderBuffer(depth=12, addr_width=20, data_width=32, context=1)
+    with pytest.raises(ValueError, match=r"^Line slices must be None or an integer in 1..32 "
+                                         r"\(the data width\), not 33$"):
+        ReadReorderBuffer(depth=4, addr_width=20, data_width=32, context=1, line_slices=33)
 
 
 # ------------------------------------------------------------- line stream and prefetch
