@@ -75,12 +75,18 @@ class GatherIssuer(wiring.Component):
     flip-flops, not from the windows' fill counters and 32-bit comparisons. Both limits only
     grow while a pass runs, so an older limit is a safe one; a row waits a cycle longer when
     its index has only just landed. ``start`` and ``stop`` clear the readiness.
+
+    With ``registered_row_op`` the index, its table's configuration and the op's fields are
+    registered in a stage of their own (Q) before the row op is formed, so the row's line
+    address (a multiplier and an adder) starts from flip-flops, not from the 16-way choice of
+    the index in its window line. It costs a cycle of latency and a deeper row queue
+    (:attr:`row_queue_depth`), not throughput.
     """
 
-    ROW_QUEUE_DEPTH = 4
-
-    def __init__(self, *, max_tables, max_dim, addr_width, bag_slots, registered_ready=False):
+    def __init__(self, *, max_tables, max_dim, addr_width, bag_slots, registered_ready=False,
+                 registered_row_op=False):
         self._registered_ready = bool(registered_ready)
+        self._registered_row_op = bool(registered_row_op)
         self._max_tables = max_tables
         self._max_lines = max_dim // LANES
         self._line_bits = max(1, ceil_log2(self._max_lines))
@@ -112,6 +118,12 @@ class GatherIssuer(wiring.Component):
     @property
     def op_layout(self):
         return self._op_layout
+
+    @property
+    def row_queue_depth(self):
+        """Row ops the queue holds: three keep a one-line row per cycle going out, and there
+        is room for the ops in stage P (and Q) besides, as ``room`` counts them."""
+        return 5 if self._registered_row_op else 4
 
     def elaborate(self, platform):
         m = Module()
@@ -153,10 +165,12 @@ class GatherIssuer(wiring.Component):
             m.d.comb += ready[s].eq(active[s] & (final[s] | rows_ready[s]))
 
         row_queue = fifo.SyncFIFOBuffered(width=self._row_op_layout().size,
-                                          depth=self.ROW_QUEUE_DEPTH)
+                                          depth=self.row_queue_depth)
         m.submodules.row_queue = ResetInserter(self.start)(row_queue)  # forget an aborted op
         p_valid = Signal()
-        room = row_queue.level + p_valid < self.ROW_QUEUE_DEPTH
+        q_valid = Signal()
+        in_stages = p_valid + q_valid if self._registered_row_op else p_valid
+        room = row_queue.level + in_stages < self.row_queue_depth
         error_seen = Signal()
         go = Signal()
         m.d.comb += go.eq(~self.stop & ~error_seen & room & ready.any())
@@ -189,7 +203,7 @@ class GatherIssuer(wiring.Component):
 
         m.d.comb += [self.index_addr.eq(c_position >> 4), self.weight_addr.eq(c_position >> 4)]
 
-        # --- stage P: the index (and weight) arrive; form the row op -------------------------
+        # --- stage P: the index (and weight) arrive; pick them and the table's configuration -
         p_kind = Signal(OpKind)
         p_slot = Signal(self._slot_bits)
         p_table = Signal(8)
@@ -223,34 +237,54 @@ class GatherIssuer(wiring.Component):
             for t in range(self._max_tables):
                 with m.Case(t):
                     m.d.comb += config.eq(self.table_config[t])
-        lines_per_row = Signal(range(self._max_lines + 1))
-        m.d.comb += lines_per_row.eq(config.dim >> 4)
-        out_of_range = (p_kind == OpKind.ROW) & (index >= config.rows)
+
+        # --- stage Q: check the index and form the row op. With ``registered_row_op`` from
+        # registers: the row's line address (a multiplier and an adder) is then the only
+        # logic before the queue. Without, the same in stage P's cycle.
+        q_op = Signal(self._row_op_layout())
+        q_index = Signal(32)
+        q_rows = Signal(32)
+        q_base_line = Signal(law)
+        q_table = Signal(8)
+        q_bag = Signal(16)
+        q_position = Signal(32)
+        if self._registered_row_op:
+            stage_q = m.d.sync
+            m.d.sync += q_valid.eq(p_valid & ~self.start)
+        else:
+            stage_q = m.d.comb
+            m.d.comb += q_valid.eq(p_valid)
+        stage_q += [
+            q_op.kind.eq(p_kind),
+            q_op.slot.eq(p_slot),
+            q_op.first.eq(p_first),
+            q_op.last.eq(p_last),
+            q_op.factor.eq(Mux(p_kind == OpKind.ROW, Mux(p_weighted, weight, ONE),
+                               Mux(p_kind == OpKind.SCALE, p_scale, 0))),
+            q_op.out_line.eq(p_out_line),
+            q_op.lines.eq(config.dim >> 4),
+            q_index.eq(index), q_rows.eq(config.rows), q_base_line.eq(config.base >> 6),
+            q_table.eq(p_table), q_bag.eq(p_bag), q_position.eq(p_position),
+        ]
+        out_of_range = (q_op.kind == OpKind.ROW) & (q_index >= q_rows)
 
         row_op = Signal(self._row_op_layout())
         m.d.comb += [
-            row_op.kind.eq(p_kind),
-            row_op.slot.eq(p_slot),
-            row_op.first.eq(p_first),
-            row_op.last.eq(p_last),
-            row_op.factor.eq(Mux(p_kind == OpKind.ROW, Mux(p_weighted, weight, ONE),
-                                 Mux(p_kind == OpKind.SCALE, p_scale, 0))),
-            row_op.out_line.eq(p_out_line),
-            row_op.row_line.eq((config.base >> 6) + index * lines_per_row),
-            row_op.lines.eq(lines_per_row),
+            row_op.eq(q_op),
+            row_op.row_line.eq(q_base_line + q_index * q_op.lines),
             row_queue.w_data.eq(row_op),
-            row_queue.w_en.eq(p_valid & ~out_of_range & ~error_seen),
-            self.row_issued.eq(row_queue.w_en & (p_kind == OpKind.ROW)),
+            row_queue.w_en.eq(q_valid & ~out_of_range & ~error_seen),
+            self.row_issued.eq(row_queue.w_en & (q_op.kind == OpKind.ROW)),
         ]
         with m.If(self.start):
             m.d.sync += [error_seen.eq(0), self.error.eq(ERROR_LAYOUT.const({}))]
-        with m.Elif(p_valid & out_of_range & ~error_seen):
+        with m.Elif(q_valid & out_of_range & ~error_seen):
             m.d.sync += [
                 error_seen.eq(1),
                 self.error.code.eq(ErrorCode.INDEX_OUT_OF_RANGE),
-                self.error.table.eq(p_table),
-                self.error.bag.eq(p_bag),
-                self.error.position.eq(p_position),
+                self.error.table.eq(q_table),
+                self.error.bag.eq(q_bag),
+                self.error.position.eq(q_position),
             ]
 
         # --- expand each row op into its line ops --------------------------------------------
@@ -362,7 +396,7 @@ class GatherIssuer(wiring.Component):
         m.d.sync += oldest.eq(Mux(self.start, 0, candidates[0]))
         m.d.comb += [
             self.freed.eq(oldest >> 4),
-            self.idle.eq(~Cat(active).any() & ~p_valid & (row_queue.level == 0)),
+            self.idle.eq(~Cat(active).any() & ~p_valid & ~q_valid & (row_queue.level == 0)),
         ]
         return m
 

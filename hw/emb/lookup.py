@@ -135,11 +135,11 @@ class LookupEngine(wiring.Component):
         Registers that FPGA builds need in the control paths, at the price of a cycle in some
         waits (results are the same): the pooler reads its accumulator operand a cycle early
         into a register (:mod:`hw.emb.pool`; the accumulators are LUT RAM there), and the
-        issuer compares with the index and weight limits of the cycle before
-        (:class:`~hw.emb.gather.GatherIssuer`); each FP lane gets its own copy of the
-        pooler's operand choice and factor registers, and each 32-bit lane of the offset and
-        index line streams its own copy of their read pointer (:mod:`hw.fanout`). Needs a
-        multiplier of at least two stages. Default False.
+        issuer compares with the index and weight limits of the cycle before and forms each
+        row op from registers (:class:`~hw.emb.gather.GatherIssuer`); each FP lane gets its
+        own copy of the pooler's operand choice and factor registers, and each 32-bit lane of
+        the offset and index line streams its own copy of their read pointer
+        (:mod:`hw.fanout`). Needs a multiplier of at least two stages. Default False.
 
     Members
     -------
@@ -297,7 +297,8 @@ class LookupEngine(wiring.Component):
                                                 mean_reciprocal=self._mean_reciprocal)
         m.submodules.issuer = issuer = GatherIssuer(
             max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
-            bag_slots=self._bag_slots, registered_ready=self._fpga_pipelining)
+            bag_slots=self._bag_slots, registered_ready=self._fpga_pipelining,
+            registered_row_op=self._fpga_pipelining)
         m.submodules.reorder = reorder = ReadReorderBuffer(
             depth=n_ids, addr_width=law, data_width=512, context=issuer.op_layout,
             line_slices=LANES if self._fpga_pipelining else None)

@@ -76,11 +76,11 @@ def landed_line(values, line, limit, poison):
     return sum(value << (32 * lane) for lane, value in enumerate(entries))
 
 
-def run_issuer(draw, bags, indices, weights, *, registered_ready):
+def run_issuer(draw, bags, indices, weights, *, registered_ready, registered_row_op):
     """Feed ``bags`` to an issuer whose index and weight limits grow a position at a time;
     return the (addr, read, context) ops it issued, its error and whether it took every bag."""
     dut = GatherIssuer(max_tables=len(TABLES), max_dim=64, addr_width=ADDR_WIDTH, bag_slots=4,
-                       registered_ready=registered_ready)
+                       registered_ready=registered_ready, registered_row_op=registered_row_op)
     config = data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES)
     descriptor = descriptor_layout(LINE_ADDR_WIDTH)
     issued = []
@@ -151,13 +151,16 @@ def run_issuer(draw, bags, indices, weights, *, registered_ready):
     return issued, state["error"], state["fed"]
 
 
+@pytest.mark.parametrize("registered_row_op", [False, True], ids=["op-in-P", "stage-Q"])
 @pytest.mark.parametrize("registered_ready", [False, True], ids=["combinational", "registered"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_issuer_waits_for_landed_indices_and_keeps_bag_order(registered_ready, seed):
+def test_issuer_waits_for_landed_indices_and_keeps_bag_order(registered_ready,
+                                                             registered_row_op, seed):
     draw = random.Random(seed)
     bags, indices, weights = draw_bags(draw, 24)
     issued, error, fed = run_issuer(draw, bags, indices, weights,
-                                    registered_ready=registered_ready)
+                                    registered_ready=registered_ready,
+                                    registered_row_op=registered_row_op)
     assert fed, f"seed {seed}: the issuer stopped taking descriptors"
     assert error.code == ErrorCode.NONE, f"seed {seed}: an index was read before it landed"
 
@@ -173,8 +176,10 @@ def test_issuer_waits_for_landed_indices_and_keeps_bag_order(registered_ready, s
             f"seed {seed}, bag {bag}"
 
 
+@pytest.mark.parametrize("registered_row_op", [False, True], ids=["op-in-P", "stage-Q"])
 @pytest.mark.parametrize("seed", [4, 5])
-def test_issuer_reports_an_index_past_its_table_and_issues_no_row_for_it(seed):
+def test_issuer_reports_an_index_past_its_table_and_issues_no_row_for_it(registered_row_op,
+                                                                          seed):
     """An index that changed under a running command (past its table's rows) is named by
     table, bag and position, and no line of that row is read."""
     draw = random.Random(seed)
@@ -183,7 +188,8 @@ def test_issuer_reports_an_index_past_its_table_and_issues_no_row_for_it(seed):
     position = bad_bag["start"] + draw.randrange(bad_bag["length"])
     table = TABLES[bad_bag["table"]]
     indices[position] = table["rows"] + draw.randrange(3)
-    issued, error, _ = run_issuer(draw, bags, indices, weights, registered_ready=True)
+    issued, error, _ = run_issuer(draw, bags, indices, weights, registered_ready=True,
+                                  registered_row_op=registered_row_op)
     assert (error.code, error.table, error.bag, error.position) == \
         (ErrorCode.INDEX_OUT_OF_RANGE, bad_bag["table"], bad_bag["bag"], position), \
         f"seed {seed}"
@@ -191,14 +197,15 @@ def test_issuer_reports_an_index_past_its_table_and_issues_no_row_for_it(seed):
     assert all(addr != bad_line for addr, read, _ in issued if read), f"seed {seed}"
 
 
-def test_issuer_issues_a_line_per_cycle():
+@pytest.mark.parametrize("registered_row_op", [False, True], ids=["op-in-P", "stage-Q"])
+def test_issuer_issues_a_line_per_cycle(registered_row_op):
     """Rows of one line each, every index landed, requests always taken: after the first,
     the issuer puts out an op every cycle (its pipeline and row queue never starve)."""
     bags = [{"table": 0, "bag": number, "start": 4 * number, "length": 4,
              "out_line": 0x100 + number, "scale": 0} for number in range(32)]
     indices = [k % TABLES[0]["rows"] for k in range(4 * len(bags))]
     dut = GatherIssuer(max_tables=len(TABLES), max_dim=64, addr_width=ADDR_WIDTH, bag_slots=4,
-                       registered_ready=True)
+                       registered_ready=True, registered_row_op=registered_row_op)
     descriptor = descriptor_layout(LINE_ADDR_WIDTH)
     cycles = []
 
