@@ -49,6 +49,11 @@ class BagSequencer(wiring.Component):
     (``hw/emb/update_reciprocal.py``, about 15 cycles) and the walk waits with it; other bags
     pass at once with ``scale`` 0 (unused). Both are bit-exact with ``float32(1) / L``.
 
+    With ``registered_descriptor`` a bag's descriptor is formed in a register stage of its own
+    (E) and goes on from there a cycle later: the offset word's 16-way choice in its line then
+    ends at flip-flops, not at the subtraction of its length and the queue (or divider) behind
+    it. It costs a cycle of latency, not throughput.
+
     Members
     -------
     start : ``In(1)``
@@ -64,8 +69,10 @@ class BagSequencer(wiring.Component):
         Every descriptor has been handed over.
     """
 
-    def __init__(self, *, max_tables, addr_width, fifo_depth=None, mean_reciprocal="pipelined"):
+    def __init__(self, *, max_tables, addr_width, fifo_depth=None, mean_reciprocal="pipelined",
+                 registered_descriptor=False):
         check_mean_reciprocal(mean_reciprocal)
+        self._registered_descriptor = bool(registered_descriptor)
         self._max_tables = max_tables
         self._line_addr_width = addr_width - 6
         self._pipelined = mean_reciprocal == "pipelined"
@@ -118,19 +125,29 @@ class BagSequencer(wiring.Component):
                 with m.Case(k):
                     m.d.comb += value.eq(self.lines.payload[32 * k:32 * (k + 1)])
 
-        room = queue.level + in_flight < self._fifo_depth
-        if not self._pipelined:  # one MEAN bag at a time, and nothing overtakes it
-            room = room & (in_flight == 0) & reciprocal.i.ready
+        # Stage E holds a formed descriptor (with ``registered_descriptor``); ``accept`` says
+        # the divider side takes one this cycle: one MEAN bag at a time with the sequential
+        # divider, and nothing overtakes it.
+        e_valid = Signal()
+        accept = Signal()
+        if self._pipelined:
+            m.d.comb += accept.eq(1)
+        else:
+            m.d.comb += accept.eq((in_flight == 0) & reciprocal.i.ready)
+        if self._registered_descriptor:
+            room = (queue.level + in_flight + e_valid < self._fifo_depth) & (~e_valid | accept)
+        else:
+            room = (queue.level + in_flight < self._fifo_depth) & accept
         take = Signal()
         m.d.comb += [
             take.eq(active & self.lines.valid & (entry < self.limit) & room),
             self.lines.ready.eq(take & ((entry[:4] == LANES - 1) | (entry + 1 == entries))),
             self.freed.eq(entry >> 4),
-            self.done.eq(~active & (in_flight == 0) & (queue.level == 0)),
+            self.done.eq(~active & (in_flight == 0) & (queue.level == 0) & ~e_valid),
         ]
 
-        descriptor = Signal(layout)
-        emit = Signal()
+        formed = Signal(layout)
+        form = Signal()
         dim = Signal(16)
         mode = Signal(PoolingMode)
         with m.Switch(table):
@@ -139,16 +156,31 @@ class BagSequencer(wiring.Component):
                     m.d.comb += [dim.eq(self.table_config[t].dim),
                                  mode.eq(self.table_config[t].mode)]
         m.d.comb += [
-            emit.eq(take & (entry != 0)),
-            descriptor.table.eq(table),
-            descriptor.bag.eq(bag),
-            descriptor.start.eq(previous),
-            descriptor.length.eq(value - previous),
-            descriptor.out_line.eq(bag_line),
+            form.eq(take & (entry != 0)),
+            formed.table.eq(table),
+            formed.bag.eq(bag),
+            formed.start.eq(previous),
+            formed.length.eq(value - previous),
+            formed.out_line.eq(bag_line),
             self.descriptors.valid.eq(queue.r_rdy),
             self.descriptors.payload.eq(queue.r_data),
             queue.r_en.eq(self.descriptors.ready),
         ]
+        # ``descriptor`` goes on when ``emit``; ``mean`` says it is a MEAN bag's.
+        descriptor = Signal(layout)
+        emit = Signal()
+        mean = Signal()
+        if self._registered_descriptor:
+            e_mean = Signal()
+            with m.If(self.start):
+                m.d.sync += e_valid.eq(0)
+            with m.Elif(~e_valid | accept):
+                m.d.sync += [e_valid.eq(form), descriptor.eq(formed),
+                             e_mean.eq(mode == PoolingMode.MEAN)]
+            m.d.comb += [emit.eq(e_valid & accept), mean.eq(e_mean)]
+        else:
+            m.d.comb += [emit.eq(form), descriptor.eq(formed),
+                         mean.eq(mode == PoolingMode.MEAN)]
         finished = Signal(layout)
         if self._pipelined:
             m.d.comb += [
@@ -166,7 +198,6 @@ class BagSequencer(wiring.Component):
                 m.d.sync += in_flight.eq(in_flight + emit - reciprocal.o.valid)
         else:
             waiting = Signal(layout)  # the MEAN bag whose factor is being computed
-            mean = mode == PoolingMode.MEAN
             m.d.comb += [
                 reciprocal.i.valid.eq(emit & mean),
                 reciprocal.i.payload.eq(descriptor.length),
@@ -194,7 +225,7 @@ class BagSequencer(wiring.Component):
             m.d.sync += [entry.eq(entry + 1), previous.eq(value)]
             with m.If(entry + 1 == entries):
                 m.d.sync += active.eq(0)
-            with m.If(emit):
+            with m.If(form):
                 with m.If(bag + 1 == bags):
                     next_table_line = table_line + (dim >> 4)
                     m.d.sync += [bag.eq(0), table.eq(table + 1), table_line.eq(next_table_line),

@@ -136,7 +136,8 @@ class LookupEngine(wiring.Component):
         waits (results are the same): the pooler reads its accumulator operand a cycle early
         into a register (:mod:`hw.emb.pool`; the accumulators are LUT RAM there), and the
         issuer compares with the index and weight limits of the cycle before and forms each
-        row op from registers (:class:`~hw.emb.gather.GatherIssuer`); each FP lane gets its
+        row op from registers (:class:`~hw.emb.gather.GatherIssuer`), as the bag sequencer
+        does each bag's descriptor (:class:`~hw.emb.bags.BagSequencer`); each FP lane gets its
         own copy of the pooler's operand choice and factor registers, and each 32-bit lane of
         the offset and index line streams its own copy of their read pointer
         (:mod:`hw.fanout`). Needs a multiplier of at least two stages. Default False.
@@ -293,8 +294,9 @@ class LookupEngine(wiring.Component):
             max_tables=self._max_tables)
         m.submodules.index_validator = index_validator = IndexValidator(
             max_tables=self._max_tables, addr_width=aw)
-        m.submodules.bags = bags = BagSequencer(max_tables=self._max_tables, addr_width=aw,
-                                                mean_reciprocal=self._mean_reciprocal)
+        m.submodules.bags = bags = BagSequencer(
+            max_tables=self._max_tables, addr_width=aw, mean_reciprocal=self._mean_reciprocal,
+            registered_descriptor=self._fpga_pipelining)
         m.submodules.issuer = issuer = GatherIssuer(
             max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
             bag_slots=self._bag_slots, registered_ready=self._fpga_pipelining,

@@ -130,8 +130,9 @@ FPGA_PIPELINING = dict(bag_slots=2, mul_stages=2, add_stages=2, fpga_pipelining=
 
 
 @pytest.mark.parametrize(("mean_reciprocal", "changes"), [
-    ("pipelined", {}), ("sequential", {}), ("pipelined", FPGA_PIPELINING)],
-    ids=["pipelined", "sequential", "fpga-pipelining"])
+    ("pipelined", {}), ("sequential", {}), ("pipelined", FPGA_PIPELINING),
+    ("sequential", FPGA_PIPELINING)],
+    ids=["pipelined", "sequential", "fpga-pipelining", "sequential-fpga-pipelining"])
 def test_lookup_end_to_end_in_pysim(mean_reciprocal, changes):
     """With either MEAN divider (the sequential one holds the bag walk at each MEAN bag), and
     with the board's FPGA pipelining."""

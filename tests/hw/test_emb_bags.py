@@ -1,0 +1,135 @@
+# amaranth: UnusedElaboratable=no
+"""The bag sequencer alone: every descriptor, in TBE order, with both MEAN dividers and with
+and without its registered descriptor stage, while offsets lines arrive late and the issuer
+takes descriptors in bursts with long stalls (a descriptor lost or doubled shows up)."""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.lib import data
+from amaranth.sim import Simulator
+
+from hw.emb.bags import BagSequencer
+from hw.emb.layouts import PoolingMode, table_layout
+
+LANES = 16
+ADDR_WIDTH = 32
+OUTPUT_LINE = 0x400
+TABLES = [
+    {"base": 0x1_0000, "rows": 9, "dim": 16, "mode": PoolingMode.MEAN},
+    {"base": 0x2_0000, "rows": 5, "dim": 32, "mode": PoolingMode.SUM},
+    {"base": 0x4_0000, "rows": 7, "dim": 48, "mode": PoolingMode.MEAN},
+]
+ROW_LINES = sum(table["dim"] for table in TABLES) // LANES
+
+
+def reciprocal_bits(length):
+    return int(np.array(np.float32(1) / np.float32(length)).view(np.uint32))
+
+
+def expected_descriptors(offsets, bags):
+    """(table, bag, start, length, out_line, MEAN factor or None), in TBE order."""
+    expected, table_line = [], OUTPUT_LINE
+    for t, table in enumerate(TABLES):
+        for b in range(bags):
+            start, end = offsets[t * bags + b], offsets[t * bags + b + 1]
+            mean = table["mode"] == PoolingMode.MEAN and end != start
+            expected.append((t, b, start, end - start, table_line + b * ROW_LINES,
+                             reciprocal_bits(end - start) if mean else None))
+        table_line += table["dim"] // LANES
+    return expected
+
+
+def run_sequencer(draw, offsets, bags, *, stalls=True, **params):
+    """The descriptors the sequencer put out, and the cycle of each. Without ``stalls`` every
+    offset has landed, lines are always offered and descriptors always taken."""
+    dut = BagSequencer(max_tables=len(TABLES), addr_width=ADDR_WIDTH, **params)
+    lines = [sum(value << (32 * lane) for lane, value in enumerate(offsets[k:k + LANES]))
+             for k in range(0, len(offsets), LANES)]
+    got, cycles, state = [], [], {"done": False}
+
+    async def control(ctx):
+        ctx.set(dut.table_config, data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES))
+                .const([{"base": t["base"], "rows": t["rows"], "dim": t["dim"],
+                         "mode": t["mode"]} for t in TABLES]))
+        ctx.set(dut.bags, bags)
+        ctx.set(dut.tables, len(TABLES))
+        ctx.set(dut.output_line, OUTPUT_LINE)
+        ctx.set(dut.row_lines, ROW_LINES)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        # The validator's limit grows in steps; a line is offered only some cycles.
+        limit, line = 0, 0
+        while line < len(lines):
+            if draw.random() < 0.3 or not stalls:
+                limit = len(offsets) if not stalls else \
+                    min(limit + draw.randrange(1, 6), len(offsets))
+            ctx.set(dut.limit, limit)
+            valid = draw.random() < 0.7 or not stalls
+            ctx.set(dut.lines.valid, valid)
+            ctx.set(dut.lines.payload, lines[line])
+            _, _, ready = await ctx.tick().sample(dut.lines.ready)
+            if valid and ready:
+                line += 1
+        ctx.set(dut.lines.valid, 0)
+        ctx.set(dut.limit, len(offsets))
+
+    async def take(ctx):
+        quiet = cycle = 0
+        while quiet < 40:
+            # Bursts of readiness between long stalls, so the queue fills up.
+            ready = draw.random() < (0.9 if (len(got) // 5) % 2 else 0.05) or not stalls
+            ctx.set(dut.descriptors.ready, ready)
+            _, _, valid, payload, done = await ctx.tick().sample(
+                dut.descriptors.valid, dut.descriptors.payload, dut.done)
+            cycle += 1
+            if valid and ready:
+                got.append(payload)
+                cycles.append(cycle)
+            quiet = quiet + 1 if done and not valid else 0
+        state["done"] = True
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(control)
+    sim.add_testbench(take)
+    sim.run_until(40_000e-6)
+    assert state["done"], "the sequencer never finished"
+    return got, cycles
+
+
+@pytest.mark.parametrize("registered_descriptor", [False, True], ids=["formed", "registered"])
+@pytest.mark.parametrize("mean_reciprocal", ["pipelined", "sequential"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_sequencer_emits_every_bag_once_in_order(mean_reciprocal, registered_descriptor, seed):
+    draw = random.Random(seed)
+    bags = 9
+    lengths = [draw.choice([0, 1, 2, 3, 7]) for _ in range(bags * len(TABLES))]
+    offsets = [0, *np.cumsum(lengths).tolist()]
+    got, _ = run_sequencer(draw, offsets, bags, mean_reciprocal=mean_reciprocal,
+                           registered_descriptor=registered_descriptor)
+    expected = expected_descriptors(offsets, bags)
+    assert len(got) == len(expected), \
+        f"seed {seed}: {len(got)} descriptors for {len(expected)} bags"
+    for number, (descriptor, want) in enumerate(zip(got, expected, strict=True)):
+        table, bag, start, length, out_line, scale = want
+        assert (descriptor.table, descriptor.bag, descriptor.start, descriptor.length,
+                descriptor.out_line) == (table, bag, start, length, out_line), \
+            f"seed {seed}, descriptor {number}"
+        if scale is not None:
+            assert descriptor.scale == scale, f"seed {seed}, descriptor {number}: MEAN factor"
+
+
+@pytest.mark.parametrize("registered_descriptor", [False, True], ids=["formed", "registered"])
+def test_registered_descriptor_keeps_a_bag_per_cycle(registered_descriptor):
+    """With the pipelined divider, every offset landed and the issuer always ready, a
+    descriptor leaves every cycle after the first: stage E costs latency only."""
+    bags = 12
+    offsets = list(range(0, 2 * bags * len(TABLES) + 1, 2))
+    got, cycles = run_sequencer(random.Random(0), offsets, bags, stalls=False,
+                                mean_reciprocal="pipelined",
+                                registered_descriptor=registered_descriptor)
+    assert len(got) == bags * len(TABLES)
+    assert cycles[-1] - cycles[0] == len(cycles) - 1, cycles
