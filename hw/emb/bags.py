@@ -49,10 +49,10 @@ class BagSequencer(wiring.Component):
     (``hw/emb/update_reciprocal.py``, about 15 cycles) and the walk waits with it; other bags
     pass at once with ``scale`` 0 (unused). Both are bit-exact with ``float32(1) / L``.
 
-    With ``registered_descriptor`` a bag's descriptor is formed in a register stage of its own
-    (E) and goes on from there a cycle later: the offset word's 16-way choice in its line then
-    ends at flip-flops, not at the subtraction of its length and the queue (or divider) behind
-    it. It costs a cycle of latency, not throughput.
+    With ``registered_descriptor`` a bag's offsets and fields go into a register stage of their
+    own (E), and its descriptor goes on from there a cycle later: the offset word's 16-way
+    choice in its line then ends at flip-flops, not at the subtraction of its length and the
+    queue (or divider) behind it. It costs a cycle of latency, not throughput.
 
     Members
     -------
@@ -171,13 +171,18 @@ class BagSequencer(wiring.Component):
         emit = Signal()
         mean = Signal()
         if self._registered_descriptor:
+            # The bag's end offset is registered as read, and its length subtracted after.
+            e_formed = Signal(layout)
+            e_end = Signal(32)
             e_mean = Signal()
             with m.If(self.start):
                 m.d.sync += e_valid.eq(0)
             with m.Elif(~e_valid | accept):
-                m.d.sync += [e_valid.eq(form), descriptor.eq(formed),
+                m.d.sync += [e_valid.eq(form), e_formed.eq(formed), e_end.eq(value),
                              e_mean.eq(mode == PoolingMode.MEAN)]
-            m.d.comb += [emit.eq(e_valid & accept), mean.eq(e_mean)]
+            m.d.comb += [descriptor.eq(e_formed),
+                         descriptor.length.eq(e_end - e_formed.start),
+                         emit.eq(e_valid & accept), mean.eq(e_mean)]
         else:
             m.d.comb += [emit.eq(form), descriptor.eq(formed),
                          mean.eq(mode == PoolingMode.MEAN)]
