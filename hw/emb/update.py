@@ -411,7 +411,8 @@ class UpdateEngine(wiring.Component):
             shared=[name for name, _ in sources if name in _SHARED_SOURCES],
             line_slices=LANES if self._fpga_pipelining else 1))
         readers = {name: per_command(f"{name}_reader",
-                                     WordReader(line_address_width=line_address_width))
+                                     WordReader(line_address_width=line_address_width,
+                                                registered_output=self._fpga_pipelining))
                    for name in ("offsets", "indices", "weights")}
         walker = per_command("walker", OccurrenceWalker(
             max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw))
@@ -496,7 +497,8 @@ class UpdateEngine(wiring.Component):
             deferred_as_update = Signal(command_layout(aw))
             deferred_readers = {
                 name: per_command(f"deferred_{name}_reader",
-                                  WordReader(line_address_width=line_address_width))
+                                  WordReader(line_address_width=line_address_width,
+                                             registered_output=self._fpga_pipelining))
                 for name in ("offsets", "indices", "weights")}
             deferred_walker = per_command("deferred_walker", OccurrenceWalker(
                 max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw))

@@ -248,10 +248,12 @@ class WordReader(wiring.Component):
     lines : ``In(stream.Signature(512))``
         The lines, in order.
     o : ``Out(stream.Signature(32))``
-        The words, little-endian within each line.
+        The words, little-endian within each line. With ``registered_output`` from a
+        register: the first word leaves a cycle after its line arrives, then one per cycle.
     """
 
-    def __init__(self, *, line_address_width):
+    def __init__(self, *, line_address_width, registered_output=False):
+        self._registered_output = bool(registered_output)
         super().__init__({
             "start": In(1),
             "base": In(line_address_width),
@@ -268,9 +270,12 @@ class WordReader(wiring.Component):
         issued = Signal(29)
         delivered = Signal(32)
         next_line = Signal.like(self.request.payload)
+        o_valid = Signal()  # with ``registered_output``: the output register holds a word
+        o_data = Signal(32)
 
         with m.If(self.start):
             m.d.sync += [
+                o_valid.eq(0),
                 words.eq(self.words),
                 line_count.eq((self.words + _WORDS_PER_LINE - 1) >> 4),
                 issued.eq(0),
@@ -286,11 +291,22 @@ class WordReader(wiring.Component):
                 m.d.sync += [issued.eq(issued + 1), next_line.eq(next_line + 1)]
 
             lane = delivered[:4]
-            m.d.comb += [
-                self.o.valid.eq(self.lines.valid & (delivered != words)),
-                self.o.payload.eq(self.lines.payload.word_select(lane, 32)),
-            ]
-            with m.If(self.o.valid & self.o.ready):
+            word = self.lines.payload.word_select(lane, 32)
+            available = self.lines.valid & (delivered != words)
+            take = Signal()  # the word at ``delivered`` leaves its line this cycle
+            if self._registered_output:
+                # The consumer's decision on a word (a comparison that drives its ready) then
+                # starts from flip-flops, not from a 16-way word choice behind the counter.
+                m.d.comb += [take.eq(available & (~o_valid | self.o.ready)),
+                             self.o.valid.eq(o_valid), self.o.payload.eq(o_data)]
+                with m.If(take):
+                    m.d.sync += [o_valid.eq(1), o_data.eq(word)]
+                with m.Elif(self.o.ready):
+                    m.d.sync += o_valid.eq(0)
+            else:
+                m.d.comb += [self.o.valid.eq(available), self.o.payload.eq(word),
+                             take.eq(available & self.o.ready)]
+            with m.If(take):
                 m.d.sync += delivered.eq(delivered + 1)
                 last_of_line = (lane == _WORDS_PER_LINE - 1) | (delivered + 1 == words)
                 m.d.comb += self.lines.ready.eq(last_of_line)

@@ -213,13 +213,16 @@ class LineMemory:
                 self.pending.pop(0)
 
 
+@pytest.mark.parametrize("registered_output", [False, True], ids=["word-choice", "register"])
 @pytest.mark.parametrize("shared", [(), ("b",), ("a", "b")])
-def test_word_readers_share_a_router_with_back_pressure(shared):
+def test_word_readers_share_a_router_with_back_pressure(shared, registered_output):
     m = Module()
     router = m.submodules.router = ReadRouter(line_address_width=20,
                                               sources=[("a", 4), ("b", 3)], shared=shared)
-    reader_a = m.submodules.reader_a = WordReader(line_address_width=20)
-    reader_b = m.submodules.reader_b = WordReader(line_address_width=20)
+    reader_a = m.submodules.reader_a = WordReader(line_address_width=20,
+                                                  registered_output=registered_output)
+    reader_b = m.submodules.reader_b = WordReader(line_address_width=20,
+                                                  registered_output=registered_output)
     for name, reader in (("a", reader_a), ("b", reader_b)):
         wiring.connect(m, reader.request, getattr(router, f"{name}_request"))
         wiring.connect(m, getattr(router, f"{name}_response"), reader.lines)
@@ -263,10 +266,11 @@ def test_word_readers_share_a_router_with_back_pressure(shared):
         assert results[name] == [(base * 16 + k) & 0xFFFF_FFFF for k in range(words)]
 
 
-def test_word_reader_delivers_a_word_per_cycle():
+@pytest.mark.parametrize("registered_output", [False, True], ids=["word-choice", "register"])
+def test_word_reader_delivers_a_word_per_cycle(registered_output):
     """With its lines at hand and a consumer always ready, a reader's words leave on
     consecutive cycles, across its lines (its output register refills as it is taken)."""
-    reader = WordReader(line_address_width=20)
+    reader = WordReader(line_address_width=20, registered_output=registered_output)
     base, words = 300, 45
     cycles = []
 
@@ -303,6 +307,61 @@ def test_word_reader_delivers_a_word_per_cycle():
 
     simulate(reader, consume, processes=(serve_lines,), deadline=1_000)
     assert cycles[-1] - cycles[0] == words - 1, cycles
+
+
+@pytest.mark.parametrize("registered_output", [False, True], ids=["word-choice", "register"])
+def test_word_reader_restart_forgets_a_word_not_taken(registered_output):
+    """A reader started again (a new command after an aborted one) while a word waits on its
+    output delivers only the new job's words."""
+    reader = WordReader(line_address_width=20, registered_output=registered_output)
+    jobs = [(300, 5), (700, 20)]
+
+    async def serve_lines(ctx):
+        asked = []
+        async for _, _, valid, address, taken, start in ctx.tick().sample(
+                reader.request.valid, reader.request.payload, reader.lines.ready,
+                reader.start):
+            if start:
+                asked = []   # the old job's reads are dropped, as the router's are
+            elif taken:
+                asked.pop(0)
+            if valid and not start:
+                asked.append(address)
+            ctx.set(reader.lines.valid, bool(asked))
+            if asked:
+                ctx.set(reader.lines.payload, sum(((asked[0] * 16 + k) & 0xFFFF_FFFF) << (32 * k)
+                                                  for k in range(16)))
+
+    async def consume(ctx):
+        ctx.set(reader.request.ready, 1)
+        for number, (base, words) in enumerate(jobs):
+            ctx.set(reader.base, base)
+            ctx.set(reader.words, words)
+            ctx.set(reader.start, 1)
+            await ctx.tick()
+            ctx.set(reader.start, 0)
+            if number == 0:
+                # Take two words, then let one wait until the restart.
+                received = []
+                while len(received) < 2:
+                    ctx.set(reader.o.ready, 1)
+                    _, _, valid, word = await ctx.tick().sample(reader.o.valid,
+                                                                reader.o.payload)
+                    if valid:
+                        received.append(word)
+                ctx.set(reader.o.ready, 0)
+                await ctx.tick().repeat(5)
+                assert ctx.get(reader.o.valid), "no word waits on the output"
+                continue
+            ctx.set(reader.o.ready, 1)
+            received = []
+            for _ in range(200):
+                _, _, valid, word = await ctx.tick().sample(reader.o.valid, reader.o.payload)
+                if valid:
+                    received.append(word)
+            assert received == [(base * 16 + k) & 0xFFFF_FFFF for k in range(words)]
+
+    simulate(reader, consume, processes=(serve_lines,), deadline=2_000)
 
 
 @pytest.mark.parametrize("line_slices", [1, 16])
