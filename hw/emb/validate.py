@@ -230,6 +230,7 @@ class OffsetsValidator(wiring.Component):
         judged_table = Signal(8)
         judged_table_entry = Signal(32)
         judged_end = Signal(32)
+        judged_counted = Signal(WINDOW)  # COUNT: the segment's entries at or below threshold
         m.d.comb += [
             step.eq(active & self.lines.valid),
             self.lines.ready.eq(step & finishes_line),
@@ -262,9 +263,6 @@ class OffsetsValidator(wiring.Component):
             with m.If(capture & (mode == OffsetsMode.CHECK) & ((bags == 0) | at_table_start)):
                 m.d.sync += [capture_pending.eq(1), capture_every.eq(bags == 0),
                              capture_table.eq(table), capture_value.eq(first_value)]
-            with m.If(mode == OffsetsMode.COUNT):
-                hits = sum(mask[j] & counted[j] for j in range(WINDOW))
-                m.d.sync += self.count.eq(self.count + hits)
             left_after = left - length
             to_table_after = to_table - length
             m.d.sync += [cursor.eq(segment_end), previous.eq(last_value),
@@ -285,9 +283,13 @@ class OffsetsValidator(wiring.Component):
                 judged_falls.eq(falls), judged_window.eq(cursor[window_bits:]),
                 judged_table.eq(table), judged_table_entry.eq(table_entry),
                 judged_end.eq(segment_end),
+                judged_counted.eq(Mux(mode == OffsetsMode.COUNT, mask & counted, 0)),
             ]
         any_bad, bad_lane = first_set(m, judged_bad, name="bad_lane")
         with m.If(judge & ~self.start):
+            # Counted a cycle late too: the count's adder does not follow the comparisons.
+            hits = sum(judged_counted[j] for j in range(WINDOW))
+            m.d.sync += self.count.eq(self.count + hits)
             with m.If(any_bad):
                 code = Mux(judged_zero_bad.bit_select(bad_lane, 1),
                            ErrorCode.OFFSETS_NOT_FROM_ZERO,
