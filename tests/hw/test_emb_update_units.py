@@ -266,6 +266,27 @@ def test_word_readers_share_a_router_with_back_pressure(shared, registered_outpu
         assert results[name] == [(base * 16 + k) & 0xFFFF_FFFF for k in range(words)]
 
 
+def line_server(reader):
+    """A process that answers ``reader``'s line reads at once, in order: line ``a`` holds the
+    words ``16 a + k``. A ``start`` drops the reads of the old job, as the router does."""
+    async def serve_lines(ctx):
+        asked = []
+        async for _, _, valid, address, taken, start in ctx.tick().sample(
+                reader.request.valid, reader.request.payload, reader.lines.ready,
+                reader.start):
+            if start:
+                asked = []
+            elif taken:
+                asked.pop(0)
+            if valid and not start:
+                asked.append(address)
+            ctx.set(reader.lines.valid, bool(asked))
+            if asked:
+                ctx.set(reader.lines.payload, sum(((asked[0] * 16 + k) & 0xFFFF_FFFF) << (32 * k)
+                                                  for k in range(16)))
+    return serve_lines
+
+
 @pytest.mark.parametrize("registered_output", [False, True], ids=["word-choice", "register"])
 def test_word_reader_delivers_a_word_per_cycle(registered_output):
     """With its lines at hand and a consumer always ready, a reader's words leave on
@@ -273,19 +294,7 @@ def test_word_reader_delivers_a_word_per_cycle(registered_output):
     reader = WordReader(line_address_width=20, registered_output=registered_output)
     base, words = 300, 45
     cycles = []
-
-    async def serve_lines(ctx):
-        asked = []
-        async for _, _, valid, address, taken in ctx.tick().sample(
-                reader.request.valid, reader.request.payload, reader.lines.ready):
-            if taken:
-                asked.pop(0)
-            if valid:
-                asked.append(address)
-            ctx.set(reader.lines.valid, bool(asked))
-            if asked:
-                ctx.set(reader.lines.payload, sum(((asked[0] * 16 + k) & 0xFFFF_FFFF) << (32 * k)
-                                                  for k in range(16)))
+    serve_lines = line_server(reader)
 
     async def consume(ctx):
         ctx.set(reader.request.ready, 1)
@@ -315,22 +324,7 @@ def test_word_reader_restart_forgets_a_word_not_taken(registered_output):
     output delivers only the new job's words."""
     reader = WordReader(line_address_width=20, registered_output=registered_output)
     jobs = [(300, 5), (700, 20)]
-
-    async def serve_lines(ctx):
-        asked = []
-        async for _, _, valid, address, taken, start in ctx.tick().sample(
-                reader.request.valid, reader.request.payload, reader.lines.ready,
-                reader.start):
-            if start:
-                asked = []   # the old job's reads are dropped, as the router's are
-            elif taken:
-                asked.pop(0)
-            if valid and not start:
-                asked.append(address)
-            ctx.set(reader.lines.valid, bool(asked))
-            if asked:
-                ctx.set(reader.lines.payload, sum(((asked[0] * 16 + k) & 0xFFFF_FFFF) << (32 * k)
-                                                  for k in range(16)))
+    serve_lines = line_server(reader)
 
     async def consume(ctx):
         ctx.set(reader.request.ready, 1)
