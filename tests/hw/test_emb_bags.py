@@ -50,9 +50,8 @@ def run_sequencer(draw, offsets, bags, *, stalls=True, **params):
     got, cycles, state = [], [], {"done": False}
 
     async def control(ctx):
-        ctx.set(dut.table_config, data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES))
-                .const([{"base": t["base"], "rows": t["rows"], "dim": t["dim"],
-                         "mode": t["mode"]} for t in TABLES]))
+        ctx.set(dut.table_config,
+                data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES))
         ctx.set(dut.bags, bags)
         ctx.set(dut.tables, len(TABLES))
         ctx.set(dut.output_line, OUTPUT_LINE)
