@@ -152,8 +152,9 @@ class UpdateEngine(wiring.Component):
         Registers that FPGA builds need: each multiplier and adder lane chooses its operands
         with its own copies of the registers that choose them (:mod:`hw.fanout`), the
         multiplier's operands pass a register of their own (a cycle more of latency), and the
-        gradient buffer has a read port per reader (``UpdateDatapath(read_port_per_use=)``).
-        Results are the same. Default False.
+        gradient buffer has a read port per reader (``UpdateDatapath(read_port_per_use=)``),
+        and the per-command reset comes from a flip-flop, a cycle after a command is accepted
+        (a cycle more per command). Results are the same. Default False.
 
     Members
     -------
@@ -384,7 +385,10 @@ class UpdateEngine(wiring.Component):
         capacity = self._max_unique_rows
         relaxed = self._relaxed_lookup
 
-        # Per-command state is cleared when a command is accepted (the bus is quiet then).
+        # Per-command state is cleared when a command is accepted (the bus is quiet then). With
+        # fpga_pipelining the pulse comes from a flip-flop, one cycle later (state Clear): it
+        # fans out to every per-command block, and from the accept logic it was the longest
+        # path of several ULX3S builds.
         clear = Signal()
 
         def per_command(name, component):
@@ -631,23 +635,46 @@ class UpdateEngine(wiring.Component):
                     m.d.sync += checking_deferred_indices.eq(1)
 
         with m.FSM():
+            def begin():
+                # In the cycle of `clear`: every status below is reset last, so nothing the
+                # blocks still show of the previous command (its bus error, a walk's end)
+                # carries over.
+                m.d.comb += checker.start.eq(1)
+                m.d.sync += [
+                    error.eq(ErrorCode.NONE), error_table.eq(0), error_bag.eq(0),
+                    error_position.eq(0), bus_error.eq(0), last_chunk.eq(0),
+                    halted.eq(0), validating_deferred.eq(0),
+                ]
+                if relaxed:
+                    m.d.sync += checking_deferred_indices.eq(0)
+
             with m.State("Idle"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
-                    m.d.comb += [clear.eq(1), checker.start.eq(1)]
-                    m.d.sync += [
-                        command.eq(self.cmd.payload),
-                        error.eq(ErrorCode.NONE), error_table.eq(0), error_bag.eq(0),
-                        error_position.eq(0), bus_error.eq(0), last_chunk.eq(0),
-                        halted.eq(0), validating_deferred.eq(0),
-                    ]
-                    m.next = "Check"
+                    m.d.sync += command.eq(self.cmd.payload)
+                    if self._fpga_pipelining:
+                        # `clear` comes from a register, in the next cycle (state Clear).
+                        m.d.sync += clear.eq(1)
+                        m.next = "Clear"
+                    else:
+                        m.d.comb += clear.eq(1)
+                        begin()
+                        m.next = "Check"
                     if relaxed:
                         m.d.sync += [deferred.eq(self.correct),
-                                     checking_deferred_indices.eq(0),
                                      correcting.eq(self.correct_enable),
                                      checking_deferred.eq(self.correct_enable)]
-                        with m.If(self.correct_enable):
+                        if not self._fpga_pipelining:
+                            with m.If(self.correct_enable):
+                                m.next = "Check-Deferred"
+
+            if self._fpga_pipelining:
+                with m.State("Clear"):
+                    m.d.sync += clear.eq(0)
+                    begin()
+                    m.next = "Check"
+                    if relaxed:
+                        with m.If(correcting):
                             m.next = "Check-Deferred"
 
             if relaxed:

@@ -15,13 +15,15 @@ from hw.emb.layouts import counters_layout, status_layout
 
 __all__ = ["EngineRun", "run_engine"]
 
+_OKAY, _SLVERR = 0b00, 0b10  # AXI response codes
+
 
 class AxiMemoryModel:
     """In-order AXI memory with random ready and response delays (single-beat bursts).
 
     A write lands when both its AW and W beats arrived and is acknowledged later on B. Each
     read is answered with its own ID (the lookup engine's reads carry several). ``writes``
-    counts the writes to each line."""
+    counts the writes to each line; reads of the lines in ``poisoned_reads`` answer SLVERR."""
 
     def __init__(self, axi, seed: int, busy: float):
         self.axi = axi
@@ -33,6 +35,7 @@ class AxiMemoryModel:
         self.data = []        # W accepted
         self.completions = 0  # B owed
         self.writes = Counter()  # line address -> times written
+        self.poisoned_reads = set()
 
     def _go(self):
         return self.draw.random() >= self.busy
@@ -49,6 +52,7 @@ class AxiMemoryModel:
                 ctx.set(axi.rdata, int.from_bytes(self.image[address:address + 64], "little"))
                 ctx.set(axi.rid, ident)
                 ctx.set(axi.rlast, 1)
+                ctx.set(axi.rresp, _SLVERR if address in self.poisoned_reads else _OKAY)
             ctx.set(axi.rvalid, int(read_out))
             write_out = self.completions > 0 and self._go()
             ctx.set(axi.bvalid, int(write_out))
@@ -82,15 +86,24 @@ class EngineRun:
 
 
 def run_engine(engine, scenarios, *, addr_width, max_tables, num_regions, seed=0, busy=0.3,
-               deadline=200_000):
-    """Run each scenario in turn; return one :class:`EngineRun` per scenario."""
+               deadline=200_000, poisoned_reads=None):
+    """Run each scenario in turn; return one :class:`EngineRun` per scenario.
+
+    ``poisoned_reads``, if given, holds a set of line addresses per scenario whose reads
+    answer SLVERR while that scenario runs."""
     memory = AxiMemoryModel(engine.axi, seed, busy)
     results = []
+    if poisoned_reads is None:
+        poisoned_reads = [set()] * len(scenarios)
+    if len(poisoned_reads) != len(scenarios):
+        raise ValueError(f"{len(poisoned_reads)} poisoned-read sets for {len(scenarios)} "
+                         f"scenarios")
 
     async def testbench(ctx):
         ctx.set(engine.done.ready, 1)
-        for scenario in scenarios:
+        for scenario, poisoned in zip(scenarios, poisoned_reads, strict=True):
             memory.image = bytearray(scenario.image)
+            memory.poisoned_reads = set(poisoned)
             ctx.set(engine.tables.as_value(), scenario.descriptor_bits(addr_width, max_tables))
             ctx.set(engine.regions.as_value(), scenario.region_bits(addr_width, num_regions))
             ctx.set(engine.lr, int(np.float32(scenario.lr).view(np.uint32)))

@@ -218,8 +218,12 @@ def _index_position(batch, bags, table, bag, k):
     return int(batch.offsets[table * bags + bag]) + k
 
 
-@pytest.mark.parametrize("broken", ["deferred_index", "deferred_offsets", "both_indices"])
-def test_update_refuses_a_deferred_lookup_changed_in_memory(broken):
+@pytest.mark.parametrize(("broken", "changes"), [
+    ("deferred_index", {}), ("deferred_offsets", {}), ("both_indices", {}),
+    # With the FPGA registers, the per-command reset comes a cycle after the command.
+    ("deferred_index", {"fpga_pipelining": True}),
+], ids=["deferred_index", "deferred_offsets", "both_indices", "deferred_index-fpga-pipelining"])
+def test_update_refuses_a_deferred_lookup_changed_in_memory(broken, changes):
     """The deferred LOOKUP(N+1)'s indices or offsets change in memory before UPDATE(N) (they
     were good when it ran): UPDATE(N) validates them, alongside its own validation and first
     accumulation, and ends with their error before writing any row. Its own errors come
@@ -253,7 +257,7 @@ def test_update_refuses_a_deferred_lookup_changed_in_memory(broken):
     steps = [(command(Opcode.LOOKUP, 0, batches[0], bags, 2, "output"), 1),
              (command(Opcode.LOOKUP, 1, batches[1], bags, 2, "output"), 1),
              (command(Opcode.UPDATE, 0, batches[0], bags, 2, "gradient"), 1)]
-    statuses, _ = run(EmbeddingEngine(**PARAMS, max_unique_rows=4), image, steps,
+    statuses, _ = run(EmbeddingEngine(**PARAMS, max_unique_rows=4, **changes), image, steps,
                       descriptors=case.descriptors, patches={2: patch})
     assert [s.error for s in statuses[:2]] == [ErrorCode.NONE, ErrorCode.NONE]
     status = statuses[2]

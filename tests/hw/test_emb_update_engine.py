@@ -168,11 +168,12 @@ CORNERS = {
 }
 
 
-def _run(params, scenarios, *, seed, busy):
+def _run(params, scenarios, *, seed, busy, poisoned_reads=None):
     engine = UpdateEngine(**params)
     return run_engine(engine, scenarios, addr_width=params["addr_width"],
                       max_tables=params["max_tables"], num_regions=params["num_regions"],
-                      seed=seed, busy=busy, deadline=20_000)
+                      seed=seed, busy=busy, deadline=10_000 * len(scenarios),
+                      poisoned_reads=poisoned_reads)
 
 
 @pytest.mark.parametrize("corner", list(CORNERS))
@@ -202,3 +203,37 @@ def test_small_commands_at_parameter_corners(corner):
     assert (status.error, status.table, status.bag, status.position) == (
         expected["error"], expected["table"], expected["bag"], expected["position"])
     assert bytes(runs[1].image[:len(bad.image)]) == bytes(bad.image)
+
+
+@pytest.mark.parametrize("corner", ["capacity 2, short FP", "capacity 2, FPGA pipelining"])
+def test_a_good_command_after_aborted_ones(corner):
+    """Commands that end early, back to back: a bad index (validation), a row read and an index
+    read answering SLVERR (BUS_ERROR). The next good command must start clean: no error, flag
+    or half-done walk of the aborted ones carries over. (With FPGA pipelining the per-command
+    reset comes a cycle after the command is accepted, in state Clear.)"""
+    params = CORNERS[corner]
+    draw = np.random.default_rng(11)
+    good = random_scenario(draw, max_tables=2, dims=(16, 32), rows=(2, 4), bags=(2, 3),
+                           bag_length=(2, 4), modes=tuple(PoolingMode))
+    indices = good.indices.copy()
+    indices[-1] = good.tables[-1].shape[0]
+    bad = corrupted(good, indices=indices)
+    first_row = good.table_bases[0] + int(good.indices[0]) * good.dims[0] * 4
+    runs = _run(params, [bad, good, good, good], seed=5, busy=0.3,
+                poisoned_reads=[set(), {first_row}, {good.addresses["indices"]}, set()])
+
+    assert runs[0].status.error == expected_status(
+        bad, max_tables=params["max_tables"], max_dim=params["max_dim"])["error"]
+    for run in runs[1:3]:
+        assert (run.status.error, run.status.table, run.status.bag, run.status.position) == (
+            ErrorCode.BUS_ERROR, 0, 0, 0)
+    last = runs[3]
+    image, chunks = expected_image(good, params["max_unique_rows"])
+    assert (last.status.error, last.status.table, last.status.bag, last.status.position) == (
+        ErrorCode.NONE, 0, 0, 0)
+    assert bytes(last.image[:len(image)]) == bytes(image)
+    counters = expected_counters(good, chunks)
+    assert last.counters.rows_read - runs[2].counters.rows_read == counters["rows_read"]
+    assert (last.counters.bytes_written - runs[2].counters.bytes_written ==
+            counters["bytes_written"])
+
