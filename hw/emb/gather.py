@@ -336,16 +336,19 @@ class GatherIssuer(wiring.Component):
         loaded_weighted = mode == PoolingMode.WEIGHTED
         chosen_now = [go & (chosen == s) for s in range(slots)]
         for s in range(slots):
+            # The chosen slot advances from its own registers, not from the chosen_* copies:
+            # the slot choice then only enables them, and the increment is not behind the
+            # choice's multiplexers (a ULX3S build's longest path went through both).
             with m.If(self.start):
                 m.d.sync += active[s].eq(0)
             with m.Elif(chosen_now[s]):
                 m.d.sync += last_row[s].eq(position[s] + 2 == end[s])
-                with m.If(c_final | (c_last_row & ~c_mean)):
+                with m.If(final[s] | (last_row[s] & ~mean[s])):
                     m.d.sync += active[s].eq(0)
-                with m.Elif(c_last_row):
-                    m.d.sync += [final[s].eq(1), position[s].eq(c_position + 1)]
+                with m.Elif(last_row[s]):
+                    m.d.sync += [final[s].eq(1), position[s].eq(position[s] + 1)]
                 with m.Else():
-                    m.d.sync += [position[s].eq(c_position + 1), first[s].eq(0)]
+                    m.d.sync += [position[s].eq(position[s] + 1), first[s].eq(0)]
             with m.Elif(load & (load_slot == s)):
                 m.d.sync += [
                     last_row[s].eq(descriptor.length == 1),
