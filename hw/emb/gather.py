@@ -81,12 +81,18 @@ class GatherIssuer(wiring.Component):
     address (a multiplier and an adder) starts from flip-flops, not from the 16-way choice of
     the index in its window line. It costs a cycle of latency and a deeper row queue
     (:attr:`row_queue_depth`), not throughput.
+
+    With ``registered_index_address`` the chosen slot's fields are registered in a stage of
+    their own (A) that reads the index and weight windows, so the windows' read address (the
+    select of a 512-bit line choice) comes from flip-flops, not from the round-robin slot
+    choice. It too costs a cycle of latency and a deeper row queue, not throughput.
     """
 
     def __init__(self, *, max_tables, max_dim, addr_width, bag_slots, registered_ready=False,
-                 registered_row_op=False):
+                 registered_row_op=False, registered_index_address=False):
         self._registered_ready = bool(registered_ready)
         self._registered_row_op = bool(registered_row_op)
+        self._registered_index_address = bool(registered_index_address)
         self._max_tables = max_tables
         self._max_lines = max_dim // LANES
         self._line_bits = max(1, ceil_log2(self._max_lines))
@@ -122,8 +128,8 @@ class GatherIssuer(wiring.Component):
     @property
     def row_queue_depth(self):
         """Row ops the queue holds: three keep a one-line row per cycle going out, and there
-        is room for the ops in stage P (and Q) besides, as ``room`` counts them."""
-        return 5 if self._registered_row_op else 4
+        is room for the ops in stage P (and A, and Q) besides, as ``room`` counts them."""
+        return 4 + self._registered_row_op + self._registered_index_address
 
     def elaborate(self, platform):
         m = Module()
@@ -167,9 +173,14 @@ class GatherIssuer(wiring.Component):
         row_queue = fifo.SyncFIFOBuffered(width=self._row_op_layout().size,
                                           depth=self.row_queue_depth)
         m.submodules.row_queue = ResetInserter(self.start)(row_queue)  # forget an aborted op
+        a_valid = Signal()
         p_valid = Signal()
         q_valid = Signal()
-        in_stages = p_valid + q_valid if self._registered_row_op else p_valid
+        in_stages = p_valid
+        if self._registered_index_address:
+            in_stages = in_stages + a_valid
+        if self._registered_row_op:
+            in_stages = in_stages + q_valid
         room = row_queue.level + in_stages < self.row_queue_depth
         error_seen = Signal()
         go = Signal()
@@ -201,29 +212,45 @@ class GatherIssuer(wiring.Component):
         c_out_line, c_scale = pick(out_line, "out_line"), pick(scale, "scale")
         c_last_row = pick(last_row, "last_row")
 
-        m.d.comb += [self.index_addr.eq(c_position >> 4), self.weight_addr.eq(c_position >> 4)]
+        slot_op = data.StructLayout({
+            "kind": OpKind, "slot": unsigned(self._slot_bits), "table": 8, "bag": 16,
+            "position": 32, "first": 1, "last": 1, "weighted": 1, "out_line": unsigned(law),
+            "scale": 32,
+        })
+        c_op = Signal(slot_op)
+        m.d.comb += [
+            c_op.kind.eq(Mux(c_final, Mux(c_empty, OpKind.ZERO, OpKind.SCALE), OpKind.ROW)),
+            c_op.slot.eq(chosen), c_op.table.eq(c_table), c_op.bag.eq(c_bag),
+            c_op.position.eq(c_position), c_op.first.eq(c_first),
+            c_op.last.eq(c_last_row & ~c_mean), c_op.weighted.eq(c_weighted),
+            c_op.out_line.eq(c_out_line), c_op.scale.eq(c_scale),
+        ]
+        with m.If(go):
+            m.d.sync += last_chosen.eq(chosen)
+
+        # --- stage A (with ``registered_index_address``): the chosen op, registered, reads the
+        # index and weight windows. Without, the choice itself reads them.
+        p_op = Signal(slot_op)
+        if self._registered_index_address:
+            a_op = Signal(slot_op)
+            m.d.sync += [a_valid.eq(go), p_valid.eq(a_valid & ~self.start)]
+            with m.If(go):
+                m.d.sync += a_op.eq(c_op)
+            with m.If(a_valid):
+                m.d.sync += p_op.eq(a_op)
+            read_line = a_op.position >> 4
+        else:
+            m.d.sync += p_valid.eq(go)
+            with m.If(go):
+                m.d.sync += p_op.eq(c_op)
+            read_line = c_position >> 4
+        m.d.comb += [self.index_addr.eq(read_line), self.weight_addr.eq(read_line)]
 
         # --- stage P: the index (and weight) arrive; pick them and the table's configuration -
-        p_kind = Signal(OpKind)
-        p_slot = Signal(self._slot_bits)
-        p_table = Signal(8)
-        p_bag = Signal(16)
-        p_position = Signal(32)
-        p_first = Signal()
-        p_last = Signal()
-        p_weighted = Signal()
-        p_out_line = Signal(law)
-        p_scale = Signal(32)
-        m.d.sync += p_valid.eq(go)
-        with m.If(go):
-            m.d.sync += [
-                p_kind.eq(Mux(c_final, Mux(c_empty, OpKind.ZERO, OpKind.SCALE), OpKind.ROW)),
-                p_slot.eq(chosen), p_table.eq(c_table), p_bag.eq(c_bag),
-                p_position.eq(c_position), p_first.eq(c_first),
-                p_last.eq(c_last_row & ~c_mean), p_weighted.eq(c_weighted),
-                p_out_line.eq(c_out_line), p_scale.eq(c_scale),
-                last_chosen.eq(chosen),
-            ]
+        p_kind, p_slot, p_table, p_bag = p_op.kind, p_op.slot, p_op.table, p_op.bag
+        p_position, p_first, p_last, p_weighted = (p_op.position, p_op.first, p_op.last,
+                                                   p_op.weighted)
+        p_out_line, p_scale = p_op.out_line, p_op.scale
 
         index = Signal(32)
         weight = Signal(32)
@@ -388,6 +415,8 @@ class GatherIssuer(wiring.Component):
         # --- the oldest position still needed frees index/weight lines -----------------------
         candidates = [Mux(active[s] & ~final[s], position[s], _ALL_ONES) for s in range(slots)]
         candidates.append(frontier)
+        if self._registered_index_address:  # stage A reads its line a cycle after the choice
+            candidates.append(Mux(a_valid, a_op.position, _ALL_ONES))
         while len(candidates) > 1:
             paired = []
             for a, b in zip(candidates[::2], candidates[1::2], strict=False):
@@ -399,7 +428,8 @@ class GatherIssuer(wiring.Component):
         m.d.sync += oldest.eq(Mux(self.start, 0, candidates[0]))
         m.d.comb += [
             self.freed.eq(oldest >> 4),
-            self.idle.eq(~Cat(active).any() & ~p_valid & ~q_valid & (row_queue.level == 0)),
+            self.idle.eq(~Cat(active).any() & ~a_valid & ~p_valid & ~q_valid &
+                         (row_queue.level == 0)),
         ]
         return m
 

@@ -300,7 +300,8 @@ class LookupEngine(wiring.Component):
         m.submodules.issuer = issuer = GatherIssuer(
             max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
             bag_slots=self._bag_slots, registered_ready=self._fpga_pipelining,
-            registered_row_op=self._fpga_pipelining)
+            registered_row_op=self._fpga_pipelining,
+            registered_index_address=self._fpga_pipelining)
         m.submodules.reorder = reorder = ReadReorderBuffer(
             depth=n_ids, addr_width=law, data_width=512, context=issuer.op_layout,
             line_slices=LANES if self._fpga_pipelining else None)

@@ -76,11 +76,18 @@ def landed_line(values, line, limit, poison):
     return sum(value << (32 * lane) for lane, value in enumerate(entries))
 
 
-def run_issuer(draw, bags, indices, weights, *, registered_ready, registered_row_op):
+# The issuer's optional register stages: Q before the row op is formed, A before the windows
+# are read (the board's configuration has both).
+STAGES = {"op-in-P": {},
+          "stage-Q": {"registered_row_op": True},
+          "stages-A-Q": {"registered_row_op": True, "registered_index_address": True}}
+
+
+def run_issuer(draw, bags, indices, weights, *, registered_ready, stages):
     """Feed ``bags`` to an issuer whose index and weight limits grow a position at a time;
     return the (addr, read, context) ops it issued, its error and whether it took every bag."""
     dut = GatherIssuer(max_tables=len(TABLES), max_dim=64, addr_width=ADDR_WIDTH, bag_slots=4,
-                       registered_ready=registered_ready, registered_row_op=registered_row_op)
+                       registered_ready=registered_ready, **STAGES[stages])
     config = data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES)
     descriptor = descriptor_layout(LINE_ADDR_WIDTH)
     issued = []
@@ -151,16 +158,14 @@ def run_issuer(draw, bags, indices, weights, *, registered_ready, registered_row
     return issued, state["error"], state["fed"]
 
 
-@pytest.mark.parametrize("registered_row_op", [False, True], ids=["op-in-P", "stage-Q"])
+@pytest.mark.parametrize("stages", list(STAGES))
 @pytest.mark.parametrize("registered_ready", [False, True], ids=["combinational", "registered"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_issuer_waits_for_landed_indices_and_keeps_bag_order(registered_ready,
-                                                             registered_row_op, seed):
+def test_issuer_waits_for_landed_indices_and_keeps_bag_order(registered_ready, stages, seed):
     draw = random.Random(seed)
     bags, indices, weights = draw_bags(draw, 24)
     issued, error, fed = run_issuer(draw, bags, indices, weights,
-                                    registered_ready=registered_ready,
-                                    registered_row_op=registered_row_op)
+                                    registered_ready=registered_ready, stages=stages)
     assert fed, f"seed {seed}: the issuer stopped taking descriptors"
     assert error.code == ErrorCode.NONE, f"seed {seed}: an index was read before it landed"
 
@@ -176,10 +181,9 @@ def test_issuer_waits_for_landed_indices_and_keeps_bag_order(registered_ready,
             f"seed {seed}, bag {bag}"
 
 
-@pytest.mark.parametrize("registered_row_op", [False, True], ids=["op-in-P", "stage-Q"])
+@pytest.mark.parametrize("stages", list(STAGES))
 @pytest.mark.parametrize("seed", [4, 5])
-def test_issuer_reports_an_index_past_its_table_and_issues_no_row_for_it(registered_row_op,
-                                                                          seed):
+def test_issuer_reports_an_index_past_its_table_and_issues_no_row_for_it(stages, seed):
     """An index that changed under a running command (past its table's rows) is named by
     table, bag and position, and no line of that row is read."""
     draw = random.Random(seed)
@@ -189,7 +193,7 @@ def test_issuer_reports_an_index_past_its_table_and_issues_no_row_for_it(registe
     table = TABLES[bad_bag["table"]]
     indices[position] = table["rows"] + draw.randrange(3)
     issued, error, _ = run_issuer(draw, bags, indices, weights, registered_ready=True,
-                                  registered_row_op=registered_row_op)
+                                  stages=stages)
     assert (error.code, error.table, error.bag, error.position) == \
         (ErrorCode.INDEX_OUT_OF_RANGE, bad_bag["table"], bad_bag["bag"], position), \
         f"seed {seed}"
@@ -197,15 +201,15 @@ def test_issuer_reports_an_index_past_its_table_and_issues_no_row_for_it(registe
     assert all(addr != bad_line for addr, read, _ in issued if read), f"seed {seed}"
 
 
-@pytest.mark.parametrize("registered_row_op", [False, True], ids=["op-in-P", "stage-Q"])
-def test_issuer_issues_a_line_per_cycle(registered_row_op):
+@pytest.mark.parametrize("stages", list(STAGES))
+def test_issuer_issues_a_line_per_cycle(stages):
     """Rows of one line each, every index landed, requests always taken: after the first,
     the issuer puts out an op every cycle (its pipeline and row queue never starve)."""
     bags = [{"table": 0, "bag": number, "start": 4 * number, "length": 4,
              "out_line": 0x100 + number, "scale": 0} for number in range(32)]
     indices = [k % TABLES[0]["rows"] for k in range(4 * len(bags))]
     dut = GatherIssuer(max_tables=len(TABLES), max_dim=64, addr_width=ADDR_WIDTH, bag_slots=4,
-                       registered_ready=True, registered_row_op=registered_row_op)
+                       registered_ready=True, **STAGES[stages])
     descriptor = descriptor_layout(LINE_ADDR_WIDTH)
     cycles = []
 
