@@ -330,6 +330,8 @@ class LookupEngine(wiring.Component):
         index_started = Signal()
         status = Signal(status_layout())
         locate = Signal()        # the error is an index error whose bag is still unknown
+        locate_first = Signal(32)  # and the offsets entries of its table (first, end)
+        locate_end = Signal(32)
 
         # --- static wiring of the data path ---------------------------------------------------
         for table_port in (checker.tables, index_validator.tables, bags.table_config,
@@ -564,6 +566,12 @@ class LookupEngine(wiring.Component):
                 m.d.comb += [issuer.stop.eq(1), pooler.discard.eq(1), writer.flush.eq(1)]
                 for window in windows.values():
                     m.d.comb += window.stop.eq(1)
+                # The failing table's offsets entries, for Locate, into registers: the
+                # multiplier is then not in front of the window's and the validator's start
+                # arithmetic (a ULX3S build's longest path). The error was recorded as Abort
+                # began, so they are final by Locate.
+                m.d.sync += [locate_first.eq(status.table * command.bags),
+                             locate_end.eq(status.table * command.bags + command.bags)]
                 with m.If(all_quiet):
                     with m.If(locate):
                         m.next = "Locate"
@@ -571,12 +579,11 @@ class LookupEngine(wiring.Component):
                         m.next = "Done"
             with m.State("Locate"):
                 # Count the table's bag starts at or below the index position: that is the bag.
-                first = status.table * command.bags
-                first_line = first >> 4
-                last_line = (first + command.bags + 15) >> 4
+                first_line = locate_first >> 4
+                last_line = (locate_end + 15) >> 4
                 start_window("offsets", first_line, last_line - first_line)
-                start_offsets_validator(OffsetsMode.COUNT, capture=0, first=first,
-                                        end=first + command.bags, threshold=status.position)
+                start_offsets_validator(OffsetsMode.COUNT, capture=0, first=locate_first,
+                                        end=locate_end, threshold=status.position)
                 m.d.sync += keep.eq(0)
                 m.next = "Counting"
             with m.State("Counting"):
