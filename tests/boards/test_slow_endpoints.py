@@ -1,0 +1,85 @@
+"""Ranking nextpnr's detailed net timings by source line (boards.slow_endpoints).
+
+``data/nextpnr_detailed_sample.json`` is cut from the report of a real nextpnr-ecp5 run with
+``--detailed-timing-report`` (a registered 16-bit adder and an 8-bit counter on the LFE5U-85F):
+the eight nets with the latest arrivals, three without source lines and the reset's net, with
+the design file's path renamed to a project path.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from boards.slow_endpoints import main, short_source, slow_endpoint_groups
+
+SAMPLE = Path(__file__).parent / "data" / "nextpnr_detailed_sample.json"
+
+
+def _sample():
+    return json.loads(SAMPLE.read_text())
+
+
+def test_short_source_keeps_the_path_from_the_project_directory():
+    assert short_source("/tmp/src26/hw/emb/update.py:123") == "hw/emb/update.py:123"
+    assert (short_source("/venv/lib/python3.11/site-packages/amaranth/hdl/_ir.py:283")
+            == "amaranth/hdl/_ir.py:283")
+    assert short_source("top.v:12") == "top.v:12"
+
+
+def test_groups_by_source_latest_first():
+    groups = slow_endpoint_groups(_sample(), within=0.5)
+    assert [group.sources for group in groups] == [
+        ("hw/sample.py:8",), ("hw/sample.py:5",), ("amaranth/hdl/_ir.py:283",)]
+    adder, operand, reset = groups
+    # Seven of the sample's nets come from line 8, every one of them at least half the worst.
+    assert (adder.worst_ns, adder.endpoints, adder.example) == (
+        pytest.approx(7.044, abs=1e-3), 7, "o[10]$tr_io.I")
+    assert adder.fmax_mhz == pytest.approx(1000 / 7.044, abs=0.01)
+    assert (operand.endpoints, operand.driver) == (1, "b[3]$tr_io")
+    # The reset net reaches 56 endpoints, and only those at or above 3.522 ns are counted.
+    worst = max(endpoint["delay"][1] for net in _sample()["detailed_net_timings"]
+                for endpoint in net["endpoints"])
+    expected = sum(endpoint["delay"][1] >= 0.5 * worst
+                   for net in _sample()["detailed_net_timings"] if "rst" in net["net"]
+                   for endpoint in net["endpoints"])
+    assert 0 < reset.endpoints == expected < 56
+
+
+def test_nets_without_sources_are_named_by_their_register():
+    groups = slow_endpoint_groups(_sample(), within=0.4)
+    nameless = [group for group in groups if group.sources[0].startswith("net ")]
+    assert [group.sources for group in nameless] == [("net o",)]
+    assert nameless[0].endpoints == 3
+
+
+def test_within_one_keeps_only_the_worst():
+    groups = slow_endpoint_groups(_sample(), within=1.0)
+    assert [(group.sources, group.endpoints) for group in groups] == [(("hw/sample.py:8",), 1)]
+
+
+@pytest.mark.parametrize("within", [0, 1.5, -0.2])
+def test_within_must_be_a_fraction(within):
+    with pytest.raises(ValueError, match=r"^Within must be a fraction in \(0, 1\], not "):
+        slow_endpoint_groups(_sample(), within=within)
+
+
+def test_report_without_detailed_timings_is_refused(tmp_path, capsys):
+    report = _sample()
+    del report["detailed_net_timings"]
+    with pytest.raises(ValueError, match="--detailed-timing-report"):
+        slow_endpoint_groups(report)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    assert main([str(path)]) == 2
+    assert "--detailed-timing-report" in capsys.readouterr().err
+
+
+def test_command_line_prints_a_table(capsys):
+    assert main([str(SAMPLE), "--within", "0.5", "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "3 source groups with an arrival within 0.5 of the worst" in out
+    rows = [line for line in out.splitlines() if line.startswith("| 7.04")
+            or line.startswith("| 6.31") or line.startswith("| 4.")]
+    assert rows == ["| 7.04 | 142.0 | 7 | hw/sample.py:8 | `o[10]$tr_io.I` |",
+                    "| 6.31 | 158.5 | 1 | hw/sample.py:5 | `rb_TRELLIS_FF_Q_13.M` |"]
