@@ -365,14 +365,27 @@ class IndexValidator(wiring.Component):
 
         line = self.lines.payload
         values = _lanes(line)
-        line_base = Cat(Const(0, 4), cursor[4:])
+        cursor_line = cursor[4:]
         low = cursor[:4]
-        line_end = line_base + LANES
-        line_or_end = Mux(line_end < num_indices, line_end, num_indices)
-        segment_end = Signal(33)
-        m.d.comb += segment_end.eq(Mux(table_end < line_or_end, table_end, line_or_end))
+        line_end = Cat(Const(0, 4), cursor_line + 1)
+        # The segment is the rest of the cursor's line, or of its table if that ends sooner.
+        # Offsets validated first mean cursor < table_end <= num_indices while the walk steps,
+        # so two line-number equalities decide it, with no comparator in front of the lane
+        # mask: the table ends in this line (before its end), or by its end.
+        # `table_last_line` (the line of table_end - 1) and `table_end_final` (table_end ==
+        # num_indices) are registered with table_end.
+        table_last_line = Signal(28)
+        table_end_final = Signal()
+        ends_in_line = Signal()      # table_end < line_end
+        segment_is_table = Signal()  # table_end <= line_end: the segment ends the table
+        segment_end = Signal(32)
         high = Signal(5)
-        m.d.comb += high.eq(segment_end - line_base)
+        m.d.comb += [
+            ends_in_line.eq(table_end[4:] == cursor_line),
+            segment_is_table.eq(table_last_line == cursor_line),
+            segment_end.eq(Mux(segment_is_table, table_end, line_end)),
+            high.eq(Mux(ends_in_line, table_end[:4], LANES)),
+        ]
         mask = lane_mask(m, low, high, name="mask")
         too_big = Signal(LANES)
         for k in range(LANES):
@@ -392,28 +405,32 @@ class IndexValidator(wiring.Component):
         step = Signal()
         m.d.comb += [
             step.eq(active & ~table_exhausted & self.lines.valid),
-            self.lines.ready.eq(step & ((segment_end == line_end)
-                                        | (segment_end == num_indices))),
+            # The segment ends the line, or ends the last table (num_indices) inside it.
+            self.lines.ready.eq(step & (~ends_in_line | table_end_final)),
             self.done.eq(~active & ~judge),
         ]
+
+        def load_table_end(end, indices):
+            return [table_end.eq(end), table_last_line.eq((end - 1)[4:]),
+                    table_end_final.eq(end == indices)]
 
         with m.If(self.start):
             m.d.sync += [
                 num_indices.eq(self.num_indices), cursor.eq(0), table.eq(0),
-                table_end.eq(self.table_starts[1]),
+                *load_table_end(self.table_starts[1], self.num_indices),
                 active.eq(self.num_indices != 0), self.lines_done.eq(0),
                 self.error.eq(ERROR_LAYOUT.const({})), self.checked.eq(0), judge.eq(0),
             ]
         with m.Elif(active & table_exhausted):
-            m.d.sync += [table.eq(table + 1), table_end.eq(following_end)]
+            m.d.sync += [table.eq(table + 1), *load_table_end(following_end, num_indices)]
         with m.Elif(step):
             with m.If(self.lines.ready):
                 m.d.sync += self.lines_done.eq(self.lines_done + 1)
             m.d.sync += cursor.eq(segment_end)
-            with m.If(segment_end == num_indices):
-                m.d.sync += active.eq(0)
-            with m.If(segment_end == table_end):
-                m.d.sync += [table.eq(table + 1), table_end.eq(following_end)]
+            with m.If(segment_is_table):
+                m.d.sync += [table.eq(table + 1), *load_table_end(following_end, num_indices)]
+                with m.If(table_end_final):
+                    m.d.sync += active.eq(0)
 
         with m.If(~self.start):
             m.d.sync += [judge.eq(step), judged_bad.eq(bad), judged_line.eq(cursor[4:]),
