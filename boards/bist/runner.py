@@ -236,8 +236,16 @@ class CheckRunner(wiring.Component):
                     m.d.comb += wrong.eq(held_extra | differs | mismatch)
                 with m.Else():
                     m.d.sync += [beat.eq(beat + 1), differs.eq(differs | mismatch)]
-        missing = Mux(finish, expected_end - received, 0)
-        m.d.sync += self.errors.eq(self.errors + wrong + missing)
+        # The error count adds registered terms, so neither the comparison nor the timeout's
+        # `finish` is in front of its adder. A wrong result counts a cycle late, still no
+        # later than the `done` of its check (`finish` waits for the comparison, or for
+        # `timeout_cycles` >= 1 after a single-beat result). `remaining` is a cycle old at
+        # `finish`, when `received` has been still for those cycles.
+        wrong_counted = Signal()
+        remaining = Signal.like(received)
+        m.d.sync += [wrong_counted.eq(wrong), remaining.eq(expected_end - received)]
+        missing = Mux(finish, remaining, 0)
+        m.d.sync += self.errors.eq(self.errors + wrong_counted + missing)
         with m.If(take & ~all_received):
             m.d.sync += self.compared.eq(self.compared + 1)
 

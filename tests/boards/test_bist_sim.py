@@ -7,6 +7,7 @@ import pytest
 from amaranth import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
 from bist_harness import run_bist
 
 from boards.bist.check import Check
@@ -83,6 +84,44 @@ def test_an_error_in_the_last_result_counts_with_a_short_timeout(count):
     assert line == REPORT_FORMAT.format(verdict="FAIL", compared=count, errors=1)
 
 
+def verdict_at_done(checks, *, cycles_after=8, max_cycles=20_000):
+    """Run a SelfTest; return (errors, passed) at the cycle `done` rises, and after it."""
+    dut = SelfTest(checks)
+    seen = []
+
+    async def testbench(ctx):
+        for _ in range(max_cycles):
+            await ctx.tick()
+            if ctx.get(dut.done):
+                break
+        for _ in range(cycles_after + 1):
+            seen.append((ctx.get(dut.errors), ctx.get(dut.passed)))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    return seen
+
+
+@pytest.mark.parametrize("width", [8, 512])  # 512: compared a slice a cycle
+@pytest.mark.parametrize(("silent", "corrupt"), [(False, None), (False, 3), (True, None)])
+def test_the_verdict_is_final_when_done_rises(width, silent, corrupt):
+    # The error count adds registered terms; the last of them (a wrong last result, the
+    # results a silent device never sent) must be in it by the cycle `done` rises, which is
+    # when the board's LEDs and report take the verdict.
+    stimulus = [(7 * k + 3) % 256 for k in range(4)]
+    expected = [word + 1 for word in stimulus]
+    if corrupt is not None:
+        expected[corrupt] ^= 0x10
+    check = Check(name="last", dut=Incrementer(width=width, silent=silent), stimulus=stimulus,
+                  expected=expected, timeout_cycles=2)
+    seen = verdict_at_done([check])
+    errors = 4 if silent else int(corrupt is not None)
+    assert seen == [(errors, int(errors == 0))] * len(seen)
+
+
 def shared_device_checks(*, second_expected):
     shared = Incrementer()
     return [Check(name="first", dut=shared, stimulus=[1, 2, 3], expected=[2, 3, 4],
@@ -119,15 +158,20 @@ def test_a_check_that_goes_wrong_leaves_the_next_one_on_its_device_intact(
     assert line == REPORT_FORMAT.format(verdict="FAIL", compared=3, errors=2)
 
 
-@pytest.mark.parametrize("corrupt_bit", [None, 0, 127, 128, 300, 511])
-def test_wide_results_are_compared_a_slice_a_cycle(corrupt_bit):
+@pytest.mark.parametrize(("corrupt_bit", "corrupt_result", "timeout_cycles"), [
+    (None, 3, 16), (0, 3, 16), (127, 3, 16), (128, 3, 16), (300, 3, 16), (511, 3, 16),
+    # The last slice of the last result, with the shortest timeout the incrementer allows:
+    # the check finishes the cycle after that slice's comparison; the verdict counts it.
+    (511, 5, 2), (0, 5, 2)])
+def test_wide_results_are_compared_a_slice_a_cycle(corrupt_bit, corrupt_result,
+                                                   timeout_cycles):
     draw = random.Random(5)
     stimulus = [draw.getrandbits(512) for _ in range(6)]
     expected = [(word + 1) % (1 << 512) for word in stimulus]
     if corrupt_bit is not None:
-        expected[3] ^= 1 << corrupt_bit
+        expected[corrupt_result] ^= 1 << corrupt_bit
     check = Check(name="wide", dut=Incrementer(width=512), stimulus=stimulus,
-                  expected=expected, timeout_cycles=16)
+                  expected=expected, timeout_cycles=timeout_cycles)
     assert SelfTest([check]).runners[0].compare_beats == 512 // COMPARE_SLICE_BITS
     line, _ = run_bist([check])
     errors = 0 if corrupt_bit is None else 1
