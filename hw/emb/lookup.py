@@ -320,8 +320,11 @@ class LookupEngine(wiring.Component):
 
         command = Signal(command_layout(aw))
         defer_mean = Signal()
-        entries = Signal(33)  # offsets entries: bags * tables + 1
-        m.d.comb += entries.eq(command.bags * command.tables + 1)
+        # Offsets entries, bags * tables + 1: registered, so the multiplier is in front of no
+        # other logic (the fit check, the offsets window and validator). It is first used in
+        # Checking, a cycle after the command register loads (Check runs in between).
+        entries = Signal(33)
+        m.d.sync += entries.eq(command.bags * command.tables + 1)
         offset_lines = (entries + 15) >> 4
         index_lines = (command.num_indices + 15) >> 4
         fits = Signal()
