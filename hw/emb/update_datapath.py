@@ -132,10 +132,7 @@ class UpdateDatapath(wiring.Component):
         correction), each addressed by its own source, instead of one port whose address is
         chosen by which of them reads: the multiplier's result valid then steers no address
         across the whole buffer (default False). An FPGA stores the buffer once per port;
-        timing and results are the same. The apply's copy is cut into one memory per FP lane,
-        each read (asynchronously) at its own copy of the registered line address
-        (:func:`hw.fanout.lane_copies`, with ``lane_replicas``), so that no one address net
-        spans the whole copy.
+        timing and results are the same.
 
     Members
     -------
@@ -356,9 +353,8 @@ class UpdateDatapath(wiring.Component):
         # Not transparent: a sum is read at least one cycle after it was written (the hazard
         # window covers the write cycle too).
         if self._read_port_per_use:
-            accumulate_read = buffer.read_port()
+            accumulate_read, apply_read = buffer.read_port(), buffer.read_port()
             correct_read = buffer.read_port() if self._corrections else None
-            apply_read = None  # lane slices of its own, below
         else:
             accumulate_read = apply_read = correct_read = buffer.read_port()
         # With lane_replicas each FP lane's part of the queue has its own write enable and
@@ -624,29 +620,6 @@ class UpdateDatapath(wiring.Component):
         # registers that choose them.
         copies = {"copies": _LANES, "replicate": self._lane_replicas}
         applies = lane_copies(m, apply_go, apply_ready, name="apply_ready", **copies)
-        if self._read_port_per_use:
-            # The apply's copy of the buffer, a memory per lane, each written as the buffer is
-            # and read in stage B at its own copy of the line taken in stage A: the same data
-            # as a read in stage A, because no write reaches a line between its sums being
-            # final and its apply (a delta is written after its own line's apply).
-            apply_addresses = lane_copies(m, stage_a_buffer, apply_buffer,
-                                          name="apply_buffer", **copies)
-            apply_data = Signal(LINE_BITS)
-            for k in range(_LANES):
-                lane = slice(32 * k, 32 * (k + 1))
-                lane_buffer = m.submodules[f"apply_buffer_{k}"] = Memory(
-                    shape=32, depth=self.buffer_lines, init=[])
-                lane_write = lane_buffer.write_port()
-                lane_read = lane_buffer.read_port(domain="comb")
-                m.d.comb += [
-                    lane_write.en.eq(buffer_write.en),
-                    lane_write.addr.eq(buffer_write.addr),
-                    lane_write.data.eq(buffer_write.data[lane]),
-                    lane_read.addr.eq(apply_addresses[k]),
-                    apply_data[lane].eq(lane_read.data),
-                ]
-        else:
-            apply_data = apply_read.data
         if self._corrections:
             staged_correction = bag[staged_line]
             corrections = lane_copies(m, correct_go | scale_go, correction_staged,
@@ -660,7 +633,7 @@ class UpdateDatapath(wiring.Component):
                                             staged_correction[lane]), a)
                 b = Mux(corrections[k], staged_factor, b)
             m.d.comb += [mul_in.a[k].eq(Mux(applies[k], self.lr, a)),
-                         mul_in.b[k].eq(Mux(applies[k], apply_data[lane], b))]
+                         mul_in.b[k].eq(Mux(applies[k], apply_read.data[lane], b))]
 
         # The gradient buffer's reads: the running sum for a product leaving the multiplier
         # (accumulate), a correction's delta, the sum for the row line taken in stage A
@@ -670,7 +643,8 @@ class UpdateDatapath(wiring.Component):
         m.d.comb += product_tag.eq(multiplier.o.payload.tag)
         correct_address = op.slot * lps + op_line if self._corrections else None
         if self._read_port_per_use:
-            m.d.comb += accumulate_read.addr.eq(product_tag.buffer)
+            m.d.comb += [accumulate_read.addr.eq(product_tag.buffer),
+                         apply_read.addr.eq(stage_a_buffer)]
             if self._corrections:
                 m.d.comb += correct_read.addr.eq(correct_address)
         else:
