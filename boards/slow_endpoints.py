@@ -29,6 +29,11 @@ __all__ = ["EndpointGroup", "main", "short_source", "slow_endpoint_groups"]
 # the package was when the design was elaborated. Keep it from the project's top directory.
 _PROJECT_PATH = re.compile(r"^.*?/((?:hw|boards|tb|sim|sw_model|amaranth[^/]*)/.*)$")
 
+# nextpnr names the write-side nets of an ECP5 LUT-RAM slice "<memory>.<N>.<slice>"
+# followed by "$RAMW_SLICE$conn$WADO0" (or WDO1, ...): cut from the slice index on, so the
+# slices of one memory make one group instead of one each.
+_LUT_RAM_SLICE = re.compile(r"\.\d+\$RAMW_SLICE.*$")
+
 
 def short_source(source):
     """``/tmp/x/hw/emb/update.py:123`` -> ``hw/emb/update.py:123`` (other paths unchanged)."""
@@ -64,7 +69,8 @@ def slow_endpoint_groups(report, *, within=0.85):
     arrivals = []
     for net in report["detailed_net_timings"]:
         sources = tuple(sorted({short_source(s) for s in net.get("sources", []) if s}))
-        key = sources or (f"net {module_of(net['net'], depth=len(net['net']))}",)
+        name = _LUT_RAM_SLICE.sub("", net["net"])
+        key = sources or (f"net {module_of(name, depth=len(name))}",)
         for endpoint in net["endpoints"]:
             arrivals.append((float(endpoint["delay"][1]), key,
                              f"{endpoint['cell']}.{endpoint['port']}", net["driver"]))

@@ -83,3 +83,25 @@ def test_command_line_prints_a_table(capsys):
             or line.startswith("| 6.31") or line.startswith("| 4.")]
     assert rows == ["| 7.04 | 142.0 | 7 | hw/sample.py:8 | `o[10]$tr_io.I` |",
                     "| 6.31 | 158.5 | 1 | hw/sample.py:5 | `rb_TRELLIS_FF_Q_13.M` |"]
+
+
+def _lut_ram_net(memory, slice_, port, delay):
+    # Named as nextpnr-ecp5 names a LUT-RAM slice's write address net (no source lines).
+    return {"net": f"{memory}.0.{slice_}$RAMW_SLICE$conn${port}",
+            "driver": f"{memory}.0.{slice_}$RAMW_SLICE", "sources": [],
+            "endpoints": [{"cell": f"{memory}.0.{slice_}$DPRAM_COMB3", "port": "WAD0",
+                           "delay": [0.0, delay]}]}
+
+
+def test_lut_ram_slices_of_one_memory_make_one_group():
+    report = {"detailed_net_timings": [
+        _lut_ram_net("top.router.shared_lines", 76, "WADO0", 21.0),
+        _lut_ram_net("top.router.shared_lines", 44, "WADO0", 20.9),
+        _lut_ram_net("top.router.shared_lines", 8, "WDO1", 20.5),
+        _lut_ram_net("top.router.rows_lines", 3, "WADO0", 20.7),
+    ]}
+    groups = slow_endpoint_groups(report, within=0.9)
+    assert [(group.sources, group.endpoints, group.example) for group in groups] == [
+        (("net top.router.shared_lines.0",), 3, "top.router.shared_lines.0.76$DPRAM_COMB3.WAD0"),
+        (("net top.router.rows_lines.0",), 1, "top.router.rows_lines.0.3$DPRAM_COMB3.WAD0"),
+    ]
