@@ -26,8 +26,9 @@ A batch N runs LOOKUP(N), UPDATE(N), then possibly SNAPSHOT(N):
   (invariant 1: every entry is persistent before any in-place write is issued). When the
   engine reports UPDATE done and every one of its writes has its B response, the commit
   record ``{c = N}`` is written (invariant 3), and the status goes back once it is persistent.
-* Area N % 2 is next written by LOOKUP(N + 2), which is accepted only after N + 1, hence N, is
-  committed (invariant 4). Recovery restores only the entries the flag counts, which were
+* Area N % 2 is next written by LOOKUP(N + 2), which is accepted only after N is committed
+  (invariant 4: strictly, after N + 1 is; relaxed, LOOKUP(N + 2) may run ahead of UPDATE(N + 1)
+  and log ahead). Recovery restores only the entries the flag counts, which were
   all persistent before the flag was written, so it never sees a torn entry, and only batch
   c + 1's entries (invariant 6); it marks the flag ROLLED_BACK after the restored rows are
   persistent, so a second recovery does nothing more, and a recovery cut short by a power
@@ -86,14 +87,30 @@ Relaxed lookup (``relaxed``, ``sw_model.relaxed``)
 With ``relaxed`` set, LOOKUP(N + 1) is also accepted while batch N is open (LOOKUP(N) ended OK,
 UPDATE(N) not yet committed) and no other lookup is deferred. It goes to the embedding engine
 with its ``relaxed`` input set, so the engine defers it: it pools the tables before UPDATE(N),
-and UPDATE(N) corrects its output. Its reads are not logged: they are the values UPDATE(N)
-is about to overwrite, not the ones UPDATE(N + 1) will. Nothing else about batch N changes
-(its log, flag, gate and commit), except that the correction's writes of LOOKUP(N + 1)'s output
-pass the gate with UPDATE(N)'s. When UPDATE(N) commits, batch N + 1 opens as if its LOOKUP had
-just run in ``AFTER_LOOKUP`` mode: the background replay of LOOKUP(N + 1), now on the updated
-tables, takes its undo log while the host works (and UPDATE(N + 1) replays it again if that
-failed). An UPDATE(N) that reached the engine and failed ends the deferral with it; RECOVER
-drops it in the engine too (``engine_forget``), since the host starts again from c + 1.
+and UPDATE(N) corrects its output. Nothing else about batch N changes (its log, flag, gate and
+commit), except that the correction's writes of LOOKUP(N + 1)'s output pass the gate with
+UPDATE(N)'s. How batch N + 1's undo log is taken depends on ``log_mode`` when LOOKUP(N + 1)
+comes:
+
+* ``ON_LOOKUP``, if batch N's log is complete (taken on lookup, or by a finished background
+  replay) and did not overflow: *log-ahead*. N's log is closed first (its last header issued,
+  its entry count kept for N's flag), then the tap logs LOOKUP(N + 1)'s reads into area
+  (N + 1) % 2 (free: N - 1 is committed), holding the read data as on lookup. Those are the
+  values before UPDATE(N); for the lines UPDATE(N) rewrites, batch N + 1 must roll back to
+  UPDATE(N)'s values instead. So while UPDATE(N) runs, the write tap
+  (:class:`~hw.ckpt.write_tap.UpdateWriteTap`) appends each engine write whose line may be in
+  N + 1's log (the tap's filter answers with no false negative) to that log, with the data
+  written: RECOVER restores a log in order, so the later entry wins. When UPDATE(N) commits,
+  batch N + 1 opens with its log taken, as after an ``ON_LOOKUP`` LOOKUP: no replay, and
+  LOOKUP(N + 2) may follow at once. Batch N's seal waits for N + 1's LOG writes already
+  issued too (the count of LOG writes in flight is not per batch).
+* otherwise, or if the tap was cut by a GPF or the log overflowed: LOOKUP(N + 1)'s reads are
+  not logged. When UPDATE(N) commits, batch N + 1 opens as if its LOOKUP had just run in
+  ``AFTER_LOOKUP`` mode: the background replay of LOOKUP(N + 1), now on the updated tables,
+  takes its undo log while the host works (and UPDATE(N + 1) replays it again if that failed).
+
+An UPDATE(N) that reached the engine and failed ends the deferral with it; RECOVER drops it in
+the engine too (``engine_forget``), since the host starts again from c + 1.
 
 Snapshots: the host writes the MLP parameters into slot ``next_snapshot_slot`` (the slot that
 does not hold the newest complete snapshot) over CXL.mem, waits for its writes to complete,
@@ -164,6 +181,7 @@ from .log_writer import LogWriter
 from .records import later, record_line, record_valid
 from .sequencer import UpdateOutcome, UpdateSequencer
 from .tap import LookupTap
+from .write_tap import UpdateWriteTap
 
 __all__ = ["CheckpointEngine", "counters_layout"]
 
@@ -355,8 +373,21 @@ class CheckpointEngine(wiring.Component):
                                            buffer_depth=self._log_buffer_depth,
                                            dedup_entries=self._dedup_entries)
         m.submodules.log_writer = log = LogWriter(addr_width=aw)
+        m.submodules.write_tap = write_tap = UpdateWriteTap(addr_width=aw)
         wiring.connect(m, join.memory, wiring.flipped(self.axi))
-        wiring.connect(m, tap.entries, log.entries)
+        # The log takes the lookup tap's entries, and the write tap's once the lookup tap is
+        # empty (log-ahead: an entry of UPDATE(N) must follow LOOKUP(N + 1)'s of that line).
+        entries_empty = tap.empty & write_tap.empty
+        with m.If(tap.empty):
+            wiring.connect(m, write_tap.entries, log.entries)
+        with m.Else():
+            wiring.connect(m, tap.entries, log.entries)
+        m.d.comb += [write_tap.w_fire.eq(join.engine_w_fire),
+                     write_tap.w_line.eq(self.engine_axi.awaddr[6:]),
+                     write_tap.w_data.eq(self.engine_axi.wdata),
+                     tap.member_line.eq(write_tap.member_line),
+                     write_tap.member_hit.eq(tap.member_hit),
+                     join.engine_w_hold.eq(write_tap.w_hold)]
 
         # The engine's port into the join, except that while ``replay`` (LOOKUP replayed to
         # take the log) its writes are answered by a sink here and go nowhere (module
@@ -442,6 +473,13 @@ class CheckpointEngine(wiring.Component):
         lookup_ok = Signal()       # the open batch's LOOKUP ended OK (a relaxed one may follow)
         deferred_open = Signal()   # LOOKUP(log_batch + 1) is deferred in the engine
         deferred_command = Signal(command_layout(aw))
+        # Log-ahead (module docstring): the log writer and the tap hold batch N + 1's log, taken
+        # by the deferred LOOKUP(N + 1); batch N's log was closed with these counts.
+        ahead = Signal()
+        ahead_cut = Signal()       # GPF stopped the tap during the deferred LOOKUP
+        held_count = Signal(32)
+        held_overflow = Signal()
+        ahead_flush = Signal()
         update_forwarded = Signal()  # the running UPDATE reached the engine
         snap_valid = Signal(2)
         snap_batch = Signal(data.ArrayLayout(unsigned(32), 2))
@@ -458,20 +496,23 @@ class CheckpointEngine(wiring.Component):
 
         own_count = join.own_outstanding
         other_persistent = own_count[OwnWrite.OTHER.value] == 0
-        log_drained = tap.empty & log.sealed
+        log_drained = entries_empty & log.sealed
+        open_count = Mux(ahead, held_count, log.count)       # the open batch's (log_batch)
+        open_overflow = Mux(ahead, held_overflow, log.overflow | log_cut)
 
         # --- UPDATE ordering (the formally checked part) ----------------------------------------
         m.submodules.sequencer = seq = UpdateSequencer(
             line_address_width=law, count_shape=own_count[0].shape())
         m.d.comb += [
             seq.batch.eq(self.cmd.payload.batch), seq.meta_line.eq(meta),
-            seq.log_drained.eq(log_drained), seq.log_count.eq(log.count),
-            seq.log_overflow.eq(log.overflow | log_cut),
+            # (With log-ahead every entry of N was issued before N + 1's log started.)
+            seq.log_drained.eq(ahead | log_drained), seq.log_count.eq(open_count),
+            seq.log_overflow.eq(open_overflow),
             seq.own_outstanding.eq(own_count), seq.engine_outstanding.eq(join.engine_outstanding),
             seq.own_error.eq(join.own_error),
             seq.engine_done.eq(self.engine_done.valid & self.engine_done.ready),
             seq.engine_failed.eq(self.engine_done.payload.error != ErrorCode.NONE),
-            log.flush.eq(seq.flush | self.gpf),
+            log.flush.eq(seq.flush | self.gpf | ahead_flush),
         ]
 
         # --- own writes: the sequencer's, the controller's (records, restores), else the log's -
@@ -595,6 +636,8 @@ class CheckpointEngine(wiring.Component):
         background_mode = ((batch_log_mode == LogMode.AFTER_LOOKUP)
                            | (batch_log_mode == LogMode.LOOKUP_THEN_REPLAY))
         lossy_mode = batch_log_mode == LogMode.LOOKUP_THEN_REPLAY
+        # The open batch's log holds every line of its LOOKUP (it may be sealed at UPDATE).
+        log_complete = (batch_log_mode == LogMode.ON_LOOKUP) | (background_mode & log_taken)
 
         with m.FSM(name="control"):
             with m.State("Idle"):
@@ -630,8 +673,12 @@ class CheckpointEngine(wiring.Component):
                             with m.Elif((payload.opcode == Opcode.LOOKUP) & self.relaxed
                                         & log_open & lookup_ok & (log_batch == next_batch)
                                         & (n == (next_batch + 1)[:32]) & ~deferred_open):
-                                m.d.sync += forward.eq(1)
-                                m.next = "DeferredRun"
+                                with m.If((self.log_mode == LogMode.ON_LOOKUP) & log_complete
+                                          & ~open_overflow):
+                                    m.next = "AheadClose"
+                                with m.Else():
+                                    m.d.sync += forward.eq(1)
+                                    m.next = "DeferredRun"
                             with m.Elif(n != next_batch):
                                 refuse(CheckpointError.OUT_OF_ORDER)
                             with m.Elif(payload.opcode == Opcode.LOOKUP):
@@ -646,7 +693,7 @@ class CheckpointEngine(wiring.Component):
                                 # (The replay restarts the log: an earlier cut or overflow
                                 # of this batch does not count.)
                                 m.next = "ReplayPrepare"
-                            with m.Elif(log.overflow | log_cut):
+                            with m.Elif(open_overflow):
                                 refuse(CheckpointError.LOG_OVERFLOW)
                             with m.Else():
                                 m.d.comb += seq.start.eq(1)
@@ -661,7 +708,7 @@ class CheckpointEngine(wiring.Component):
                                 m.next = "SnapshotCheck"
                         with m.Case(Opcode.RECOVER):
                             m.d.comb += self.engine_forget.eq(1)
-                            m.d.sync += deferred_open.eq(0)
+                            m.d.sync += [deferred_open.eq(0), ahead.eq(0)]
                             with m.If(~config_ok):
                                 refuse(CheckpointError.BAD_CONFIG)
                             with m.Else():
@@ -690,9 +737,9 @@ class CheckpointEngine(wiring.Component):
             with m.State("LookupPrepare"):
                 # Entries of an earlier attempt still in the buffer drain first.
                 m.d.comb += phase.eq(CheckpointPhase.LOOKUP)
-                with m.If(tap.empty):
+                with m.If(entries_empty):
                     start_logging(batch)
-                    m.d.sync += [log_open.eq(0), log_cut.eq(0)]
+                    m.d.sync += [log_open.eq(0), log_cut.eq(0), ahead.eq(0)]
                     m.next = "LookupExtents"
             with m.State("LookupExtents"):
                 m.d.comb += phase.eq(CheckpointPhase.LOOKUP)
@@ -723,10 +770,29 @@ class CheckpointEngine(wiring.Component):
                 with m.If(join.engine_outstanding == 0):
                     m.next = "Reply"
 
-            # --- LOOKUP(N + 1), relaxed: deferred in the engine, not logged ---------------------
+            # --- LOOKUP(N + 1), relaxed: deferred in the engine, logged ahead or not -----------
+            with m.State("AheadClose"):
+                # Batch N's log is complete: its last entries and header are issued, and its
+                # count is kept for UPDATE(N)'s flag; then the log of N + 1 starts.
+                m.d.comb += [phase.eq(CheckpointPhase.LOOKUP), ahead_flush.eq(1)]
+                with m.If(entries_empty & log.sealed):
+                    start_logging(batch)
+                    m.d.sync += [ahead.eq(1), ahead_cut.eq(0)]
+                    with m.If(~ahead):   # (else a failed deferred LOOKUP is being sent again)
+                        m.d.sync += [held_count.eq(log.count),
+                                     held_overflow.eq(log.overflow | log_cut)]
+                    m.next = "AheadExtents"
+            with m.State("AheadExtents"):
+                m.d.comb += phase.eq(CheckpointPhase.LOOKUP)
+                with m.If(tap.ready):
+                    m.d.sync += forward.eq(1)
+                    m.next = "DeferredRun"
             with m.State("DeferredRun"):
                 m.d.comb += [phase.eq(CheckpointPhase.LOOKUP), write_gate.eq(1),
+                             tap.enable.eq(ahead & ~self.gpf),
                              self.engine_relaxed.eq(1), self.engine_done.ready.eq(1)]
+                with m.If(self.gpf):
+                    m.d.sync += ahead_cut.eq(1)
                 with m.If(self.engine_done.valid):
                     m.d.sync += [reply.eq(self.engine_done.payload),
                                  deferred_open.eq(
@@ -748,11 +814,11 @@ class CheckpointEngine(wiring.Component):
                             # The tap missed nothing: no replay.
                             m.d.sync += [replay_background.eq(0), log_taken.eq(~self.gpf)]
                             m.next = "Idle"
-                with m.Elif(tap.empty):
+                with m.Elif(entries_empty):
                     # (The replayed LOOKUP's batch: after a relaxed commit the last command
                     # was UPDATE(N), and the replay is LOOKUP(N + 1)'s.)
                     start_logging(lookup_command.batch)
-                    m.d.sync += log_cut.eq(0)
+                    m.d.sync += [log_cut.eq(0), ahead.eq(0)]
                     m.next = "ReplayExtents"
             with m.State("ReplayExtents"):
                 m.d.comb += phase.eq(CheckpointPhase.REPLAY)
@@ -786,6 +852,7 @@ class CheckpointEngine(wiring.Component):
             # --- UPDATE(N): the sequencer seals, flags, gates, commits ---------------------
             with m.State("Updating"):
                 m.d.comb += [phase.eq(seq.phase), write_gate.eq(seq.write_gate),
+                             write_tap.enable.eq(ahead & deferred_open),
                              self.engine_done.ready.eq(1)]
                 with m.If(seq.forward):
                     m.d.sync += [forward.eq(1), update_forwarded.eq(1)]
@@ -794,18 +861,24 @@ class CheckpointEngine(wiring.Component):
                 with m.If(seq.finished):
                     with m.If(update_forwarded):   # the engine's deferral ended with it
                         m.d.sync += deferred_open.eq(0)
+                    m.d.sync += ahead.eq(0)
                     with m.Switch(seq.outcome):
                         with m.Case(UpdateOutcome.COMMITTED):
                             m.d.sync += [last_committed.eq(batch), log_open.eq(0)]
                             with m.If(deferred_open):
-                                # Batch N + 1 opens with its lookup done; its log is taken
-                                # by the background replay (AFTER_LOOKUP).
+                                # Batch N + 1 opens with its lookup done.
                                 m.d.sync += [log_open.eq(1),
                                              log_batch.eq(deferred_command.batch),
                                              lookup_command.eq(deferred_command),
-                                             batch_log_mode.eq(LogMode.AFTER_LOOKUP),
-                                             log_taken.eq(0), log_cut.eq(0), lookup_ok.eq(1),
-                                             replay_pending.eq(1)]
+                                             log_cut.eq(0), lookup_ok.eq(1)]
+                                with m.If(ahead & ~ahead_cut & ~log.overflow):
+                                    # Its log is taken (log-ahead), as after ON_LOOKUP.
+                                    m.d.sync += [batch_log_mode.eq(LogMode.ON_LOOKUP),
+                                                 log_taken.eq(1)]
+                                with m.Else():
+                                    # Its log is taken by the background replay (AFTER_LOOKUP).
+                                    m.d.sync += [batch_log_mode.eq(LogMode.AFTER_LOOKUP),
+                                                 log_taken.eq(0), replay_pending.eq(1)]
                         with m.Case(UpdateOutcome.LOG_OVERFLOW):
                             m.d.sync += [reply.error.eq(ErrorCode.BAD_OPCODE),
                                          error.eq(CheckpointError.LOG_OVERFLOW)]
@@ -1108,8 +1181,9 @@ class CheckpointEngine(wiring.Component):
         tap_dups = Signal(32)
         m.d.sync += [tap_logged.eq(tap.logged), tap_dups.eq(tap.duplicates)]
         # (Steps of one, not any change: ``start`` resetting the tap's counts is no entry.)
-        with m.If(tap.logged == (tap_logged + 1)[:32]):
-            m.d.sync += counters.log_entries.eq(counters.log_entries + 1)
+        tap_step = tap.logged == (tap_logged + 1)[:32]
+        write_tap_step = write_tap.entries.valid & write_tap.entries.ready
+        m.d.sync += counters.log_entries.eq(counters.log_entries + tap_step + write_tap_step)
         with m.If(tap.duplicates == (tap_dups + 1)[:32]):
             m.d.sync += counters.log_duplicates.eq(counters.log_duplicates + 1)
         with m.If(join.own_w.valid & join.own_w.ready):
@@ -1129,7 +1203,7 @@ class CheckpointEngine(wiring.Component):
             self.log_open.eq(log_open),
             self.log_batch.eq(log_batch),
             self.lookup_deferred.eq(deferred_open),
-            self.log_entries.eq(log.count),
+            self.log_entries.eq(open_count),
             self.log_pending.eq(~log_drained),
             self.recovery_cycles.eq(recovery_cycles),
             self.restored_entries.eq(restored_entries),

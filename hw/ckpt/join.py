@@ -7,7 +7,8 @@ memory unchanged, except that:
   ``engine_read_open`` (the interlock and GPF close them; a request already accepted always
   completes);
 * the tap may hold one read address (``engine_ar_hold``) and hold read data
-  (``engine_r_hold``, when its log buffer is nearly full);
+  (``engine_r_hold``, when its log buffer is nearly full), and the write tap may hold writes
+  (``engine_w_hold``, when its buffer is nearly full);
 * the checkpoint engine's own single-beat reads and writes share the port (the engine's writes
   have priority: the log only needs to be persistent when UPDATE comes), with the top four
   IDs ``2**id_width - 4 + kind`` (:class:`~hw.ckpt.layouts.OwnWrite` for writes, ``kind = 0``
@@ -70,9 +71,11 @@ class AxiJoin(wiring.Component):
     engine_outstanding : ``Out(unsigned(...))``
         Engine writes accepted and not yet answered.
     engine_read_open, engine_write_open : ``In(1)``
-    engine_ar_hold, engine_r_hold : ``In(1)``
+    engine_ar_hold, engine_r_hold, engine_w_hold : ``In(1)``
     engine_ar_fire, engine_r_fire : ``Out(1)``
         Engine-side AR and R handshakes (for the tap).
+    engine_w_fire : ``Out(1)``
+        An engine write (AW and W together) is taken (for the write tap).
     own_error : ``Out(1)``
         Strobe: an own B or R response was not OKAY.
     protocol_error : ``Out(1)``
@@ -103,8 +106,10 @@ class AxiJoin(wiring.Component):
             "engine_write_open": In(1),
             "engine_ar_hold": In(1),
             "engine_r_hold": In(1),
+            "engine_w_hold": In(1),
             "engine_ar_fire": Out(1),
             "engine_r_fire": Out(1),
+            "engine_w_fire": Out(1),
             "own_error": Out(1),
             "protocol_error": Out(1),
             "quiet": Out(1),
@@ -195,7 +200,8 @@ class AxiJoin(wiring.Component):
         engine_write_legal = (engine.awid < base) & (engine.awlen == 0) & engine.wlast
         own_wants = self.own_w.valid & own_room
         engine_wants = (engine.awvalid & engine.wvalid & engine_write_legal
-                        & self.engine_write_open & (engine_count != self._max_writes))
+                        & self.engine_write_open & ~self.engine_w_hold
+                        & (engine_count != self._max_writes))
         # The engine's writes first: they are on its critical path (a LOOKUP's output lines),
         # while the log only has to be persistent by the time UPDATE arrives, so it drains in
         # the gaps (PMEM write bandwidth is the scarce resource). The own writes cannot
@@ -205,7 +211,8 @@ class AxiJoin(wiring.Component):
         take_own = stage_free & own_wants & ~engine_wants
         own_taken = Signal()
         engine_taken = Signal()
-        m.d.comb += [own_taken.eq(take_own), engine_taken.eq(take_engine)]
+        m.d.comb += [own_taken.eq(take_own), engine_taken.eq(take_engine),
+                     self.engine_w_fire.eq(take_engine)]
         with m.If(take_own):
             m.d.comb += self.own_w.ready.eq(1)
             m.d.sync += [aw_pending.eq(1), w_pending.eq(1),

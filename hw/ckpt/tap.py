@@ -16,6 +16,12 @@ always exact (duplicates of one batch hold the same old value; skipping them sav
 bandwidth, the scarce resource). A miss that evicts another line only costs a second entry
 for that line later, which is harmless. The filter is emptied by ``start``.
 
+Membership (``member_line`` -> ``member_hit``): may a line have been read as a table line since
+``start``? Never a false negative, for the write tap (:mod:`hw.ckpt.write_tap`), which logs the
+new value of each line a relaxed UPDATE(N) writes that LOOKUP(N + 1) has logged. A line in the
+filter is a member; so is any table line whose filter slot has lost a line of this batch to
+another one (the lost line may be the one asked about). Without a filter every table line is.
+
 Entries go into a FIFO of ``buffer_depth`` lines; when it is nearly full the engine's read data
 is held (``r_hold``), so an entry is never dropped; the log writer drains it in the background
 (the host's MLP work overlaps it), and UPDATE waits until it is empty and persistent. With
@@ -91,6 +97,11 @@ class LookupTap(wiring.Component):
         No entry in the pipeline or the buffer.
     logged, duplicates : ``Out(32)``
         Entries produced and table beats skipped as duplicates since ``start``.
+    member_line : ``In(addr_width - 6)``
+    member_hit : ``Out(1)``
+        For the line given the cycle before: it may have been logged since ``start`` (module
+        docstring). Exact only for a tap that dropped nothing; ask only while no table read is
+        being logged.
     """
 
     def __init__(self, *, addr_width, id_width, max_tables, buffer_depth=64, dedup_entries=256):
@@ -120,6 +131,8 @@ class LookupTap(wiring.Component):
             "empty": Out(1),
             "logged": Out(32),
             "duplicates": Out(32),
+            "member_line": In(law),
+            "member_hit": Out(1),
         })
 
     def elaborate(self, platform):
@@ -148,11 +161,15 @@ class LookupTap(wiring.Component):
             with m.If(index == self._max_tables - 1):
                 m.d.sync += computing.eq(0)
 
+        def in_tables(line):
+            return Cat(enabled[t] & (line >= lows[t]) & (line < highs[t])
+                       for t in range(self._max_tables)).any()
+
         ar_line = self.araddr[6:]
         is_table = Signal()
-        m.d.comb += is_table.eq(Cat(
-            enabled[t] & (ar_line >= lows[t]) & (ar_line < highs[t])
-            for t in range(self._max_tables)).any())
+        m.d.comb += is_table.eq(in_tables(ar_line))
+        asked_line = Signal(law)   # member_line, registered (the filter read takes a cycle)
+        m.d.sync += asked_line.eq(self.member_line)
 
         # --- per-ID context: the line the next beat of a table read holds ---------------------
         m.submodules.context = context = memory.Memory(shape=unsigned(law), depth=ids, init=[])
@@ -246,8 +263,25 @@ class LookupTap(wiring.Component):
                 m.d.sync += valid.eq(0)
             with m.Elif(push):
                 m.d.sync += valid.eq(valid | (1 << s4_slot))
+            # A push into a valid slot that did not hit replaces another line of this batch.
+            # (As for s4_hit, the slot pushed this cycle is compared directly.)
+            s4_slot_taken = Signal()
+            m.d.sync += s4_slot_taken.eq(valid.bit_select(slot, 1) | (push & (s4_slot == slot)))
+            lost = Signal(self._dedup_entries)
+            with m.If(self.start):
+                m.d.sync += lost.eq(0)
+            with m.Elif(push & s4_slot_taken):
+                m.d.sync += lost.eq(lost | (1 << s4_slot))
+            probe = seen.read_port(transparent_for=(remember,))
+            m.d.comb += probe.addr.eq(fold(self.member_line, law, bits))
+            asked_slot = fold(asked_line, law, bits)
+            m.d.comb += self.member_hit.eq(
+                in_tables(asked_line) & valid.bit_select(asked_slot, 1)
+                & ((probe.data == asked_line) | lost.bit_select(asked_slot, 1)))
             with m.If(s4_valid & s4_hit & ~self.start):
                 m.d.sync += duplicates.eq(duplicates + 1)
+        else:
+            m.d.comb += self.member_hit.eq(in_tables(asked_line))
         with m.If(self.start):
             m.d.sync += [logged.eq(0), duplicates.eq(0), self.dropped.eq(0)]
         with m.Elif(fresh & ~buffer.w_rdy):

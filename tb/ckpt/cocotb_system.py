@@ -237,16 +237,19 @@ async def train_relaxed(dut):
 @cocotb.test()
 async def crash_in_relaxed_update(dut):
     """Relaxed lookup: power fails while UPDATE(5) writes its rows in place and corrects the
-    deferred LOOKUP(6): rolled back from the log (c = 4); the host looks batch 5 up again,
-    strict, and training resumes relaxed, bit-exact with the oracle's relaxed continuation."""
+    deferred LOOKUP(6): rolled back from the log (c = 4), which was logged ahead (LOOKUP(5)'s
+    reads during batch 4, then UPDATE(4)'s new values of the rows both batches touch, the
+    later entry winning); the host looks batch 5 up again, strict, and training resumes
+    relaxed, bit-exact with the oracle's relaxed continuation."""
     await _crash_while_rows_are_written(dut, batch=5, seed_offset=8, relaxed=True)
 
 
 @cocotb.test()
 async def crash_in_relaxed_lookup_ahead(dut):
-    """Relaxed lookup: power fails while LOOKUP(6) runs ahead during batch 5 (deferred and
-    unlogged) or in the host's time after it, before UPDATE(5): nothing to restore (c = 4),
-    and the run resumes at batch 5 bit-exact with the oracle's relaxed continuation."""
+    """Relaxed lookup: power fails while LOOKUP(6) runs ahead during batch 5 (deferred, logged
+    ahead into batch 6's area) or in the host's time after it, before UPDATE(5): nothing to
+    restore (c = 4), and the run resumes at batch 5 bit-exact with the oracle's relaxed
+    continuation."""
     draw = random.Random(cocotb.RANDOM_SEED + 9)
     bench = await Bench.create(dut, relaxed=True)
     result = await bench.run_with_failure(FailurePlan(

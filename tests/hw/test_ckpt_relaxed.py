@@ -1,8 +1,9 @@
 # amaranth: UnusedElaboratable=no
 """Relaxed lookup through the CheckpointEngine (Amaranth's simulator, the stand-in embedding
-engine of ``ckpt_fixtures``): LOOKUP(N + 1) runs while batch N is open, deferred in the engine
-and not logged; when UPDATE(N) commits, batch N + 1 opens and a background replay of its
-LOOKUP logs the rows as UPDATE(N) left them."""
+engine of ``ckpt_fixtures``): LOOKUP(N + 1) runs while batch N is open, deferred in the engine.
+In ``ON_LOOKUP`` mode it is logged ahead (its own reads, then the new values UPDATE(N) writes
+to its lines); in the other modes it is not logged, and when UPDATE(N) commits a background
+replay of its LOOKUP logs the rows as UPDATE(N) left them."""
 
 from ckpt_fixtures import (
     LOGGED,
@@ -10,12 +11,15 @@ from ckpt_fixtures import (
     UPDATE_LINES,
     EngineScript,
     Rig,
+    backdoor_read,
     command,
     line_value,
     lookups_and_updates,
     open_device,
     read_group,
+    read_meta,
     simulate_with_monitor,
+    table_image,
 )
 
 from hw.ckpt.layouts import CheckpointError, CheckpointPhase, LogMode
@@ -41,6 +45,7 @@ def _relaxed_monitor(ckpt, forwarded):
 
 
 def test_relaxed_lookup_runs_ahead_unlogged_and_is_logged_after_the_update():
+    """``AFTER_LOOKUP`` when the deferred LOOKUP comes: it is not logged ahead."""
     rig, script = _rig_and_script()
     ckpt, memory = rig.ckpt, rig.memory
     forwarded = []
@@ -54,6 +59,7 @@ def test_relaxed_lookup_runs_ahead_unlogged_and_is_logged_after_the_update():
         assert ctx.get(ckpt.error) == CheckpointError.OUT_OF_ORDER
 
         ctx.set(ckpt.relaxed, 1)
+        ctx.set(ckpt.log_mode, LogMode.AFTER_LOOKUP)
         entries = ctx.get(ckpt.counters.log_entries)
         assert entries == len(LOGGED)
         assert (await command(ctx, ckpt, Opcode.LOOKUP, 1)).error == ErrorCode.NONE
@@ -86,6 +92,67 @@ def test_relaxed_lookup_runs_ahead_unlogged_and_is_logged_after_the_update():
         assert forwarded == [(Opcode.LOOKUP, 0, 0), (Opcode.LOOKUP, 1, 1),
                              (Opcode.UPDATE, 0, 0), (Opcode.LOOKUP, 1, 0),
                              (Opcode.UPDATE, 1, 0)]
+
+    simulate_with_monitor(rig, host, _relaxed_monitor(ckpt, forwarded), script)
+
+
+def test_relaxed_lookup_is_logged_ahead_and_rolls_back_to_the_update_before_it():
+    """``ON_LOOKUP``: LOOKUP(1)'s reads go into batch 1's log while batch 0 is open, UPDATE(0)
+    appends the new values of the lines both batches touch, and no replay follows. A failed
+    UPDATE(1) then rolls back to the tables as UPDATE(0) left them (the later entry wins)."""
+    rig, script = _rig_and_script()
+    ckpt, memory = rig.ckpt, rig.memory
+    forwarded = []
+
+    async def host(ctx):
+        before, _ = await open_device(ctx, ckpt, memory, LogMode.ON_LOOKUP)
+        ctx.set(ckpt.relaxed, 1)
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 1)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.lookup_deferred) == 1
+        assert ctx.get(ckpt.counters.log_entries) == 2 * len(LOGGED)
+        # The open batch is still 0, with its own count.
+        assert ctx.get(ckpt.log_batch) == 0 and ctx.get(ckpt.log_entries) == len(LOGGED)
+
+        assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.last_committed) == 0
+        assert ctx.get(ckpt.log_open) == 1 and ctx.get(ckpt.log_batch) == 1
+        await ctx.tick().repeat(200)
+        assert ctx.get(ckpt.phase) == CheckpointPhase.IDLE   # no replay
+        # Batch 0's flag counts its own entries only.
+        meta = await read_meta(ctx, memory)
+        assert meta["flag0"][0] and meta["flag0"][1].entries == len(LOGGED)
+        # Batch 1's log: LOOKUP(1)'s reads (as before UPDATE(0)), then UPDATE(0)'s writes of
+        # those lines (every updated line is one LOOKUP(1) read).
+        assert ctx.get(ckpt.log_entries) == 2 * len(LOGGED)
+        assert ctx.get(ckpt.counters.log_entries) == 3 * len(LOGGED)
+        script.salt, script.update_error = 200, True
+        status = await command(ctx, ckpt, Opcode.UPDATE, 1)
+        assert status.error == ErrorCode.BUS_ERROR
+        assert await backdoor_read(ctx, memory, UPDATE_LINES[0]) == \
+            line_value(UPDATE_LINES[0], 200).to_bytes(64, "little")
+        # (UPDATE(1) sealed the log: the partial group's header is written.)
+        expected = ([(line, before[line]) for line in LOGGED]
+                    + [(line, line_value(line, 100).to_bytes(64, "little"))
+                       for line in UPDATE_LINES])
+        logged = []
+        for group in range(2):
+            header, data = await read_group(ctx, memory, area=1, group=group)
+            assert header.batch == 1
+            logged += [(int(header.lines[k]), data[k]) for k in range(header.count)]
+        assert logged == expected
+
+        script.update_error = False
+        assert (await command(ctx, ckpt, Opcode.RECOVER, 0)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.last_committed) == 0 and ctx.get(ckpt.rolled_back) == 1
+        assert ctx.get(ckpt.restored_entries) == 2 * len(LOGGED)
+        after = await table_image(ctx, memory)
+        for line, value in after.items():
+            wanted = (line_value(line, 100).to_bytes(64, "little") if line in UPDATE_LINES
+                      else before[line])
+            assert value == wanted, f"line {line}"
+        assert forwarded == [(Opcode.LOOKUP, 0, 0), (Opcode.LOOKUP, 1, 1),
+                             (Opcode.UPDATE, 0, 0), (Opcode.UPDATE, 1, 0)]
 
     simulate_with_monitor(rig, host, _relaxed_monitor(ckpt, forwarded), script)
 

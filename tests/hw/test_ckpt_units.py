@@ -22,6 +22,7 @@ from hw.ckpt.layouts import (
 )
 from hw.ckpt.log_writer import LogWriter
 from hw.ckpt.tap import LookupTap
+from hw.ckpt.write_tap import UpdateWriteTap
 from hw.emb.layouts import table_layout
 
 
@@ -122,6 +123,16 @@ async def start_tap(ctx, dut, tables):
     ctx.set(dut.enable, 1)
 
 
+async def members(ctx, dut, lines):
+    """The tap's membership answer for each line (one question per cycle)."""
+    answers = {}
+    for line in lines:
+        ctx.set(dut.member_line, line)
+        await ctx.tick()
+        answers[line] = ctx.get(dut.member_hit)   # (the question was registered at the edge)
+    return answers
+
+
 @pytest.mark.parametrize("dedup", [0, 16])
 def test_tap_logs_table_lines_once_and_never_drops_an_entry(dedup):
     dut = LookupTap(addr_width=20, id_width=4, max_tables=2, buffer_depth=8,
@@ -173,9 +184,17 @@ def test_tap_logs_table_lines_once_and_never_drops_an_entry(dedup):
             if r_fire:
                 pending.pop(0)
                 busy.discard(head[1])
+        answers.update(await members(ctx, dut, range(256)))
 
+    answers = {}
     run(dut, testbench)
     table_reads = [line for line in reads if line < 100]
+    # Membership: every line read from a table, no line outside the tables.
+    assert [line for line in set(table_reads) if not answers[line]] == []
+    assert [line for line in range(256) if answers[line]
+            and not (line < 32 or 64 <= line < 72)] == []
+    if not dedup:
+        assert all(answers[line] for line in [*range(32), *range(64, 72)])
     assert [(line, value) for line, value in entries if value != line + 1000] == []
     if dedup:
         # Every table line at least once (no false hit), fewer entries than reads (a line is
@@ -247,6 +266,52 @@ def test_tap_follows_bursts_beat_by_beat(seed):
     assert entries == expected, f"seed {seed}"
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_tap_membership_has_no_false_negative_when_lines_evict_each_other(seed):
+    """Table reads of 64 lines answered one beat per cycle through a 16-slot filter, so lines
+    often evict each other, also on consecutive beats: every line read is a member after
+    that, and a slot that never lost a line answers exactly."""
+    dut = LookupTap(addr_width=20, id_width=4, max_tables=1, buffer_depth=64,
+                    dedup_entries=16)
+    draw = random.Random(seed)
+    # Lines 1 and 16 share slot 1 (the XOR fold of nibbles) and come back to back, first
+    # (the second is pushed while the first's push is not yet in the slot's valid bit); no
+    # other line of slot 1 follows, so nothing else marks the slot as having lost a line.
+    others = [line for line in range(64) if (line & 15) ^ (line >> 4) != 1]
+    reads = [1, 16] + [draw.choice(others) for _ in range(40)]
+    answers = {}
+
+    async def testbench(ctx):
+        await start_tap(ctx, dut, [{"base": 0, "rows": 64, "dim": 16, "mode": 0}])
+        ctx.set(dut.entries.ready, 1)
+        ctx.set(dut.rlast, 1)
+        ctx.set(dut.rresp, 0)
+        answer = None
+        for n in range(len(reads) + 1):
+            ctx.set(dut.arvalid, int(n < len(reads)))
+            ctx.set(dut.ar_fire, int(n < len(reads)))
+            if n < len(reads):
+                ctx.set(dut.arid, n % 16)
+                ctx.set(dut.araddr, reads[n] * 64)
+            ctx.set(dut.r_fire, int(answer is not None))
+            if answer is not None:
+                ctx.set(dut.rid, answer[0])
+                ctx.set(dut.rdata, answer[1])
+            await ctx.tick()
+            answer = (n % 16, reads[n]) if n < len(reads) else None
+        ctx.set(dut.arvalid, 0)
+        ctx.set(dut.ar_fire, 0)
+        ctx.set(dut.r_fire, 0)
+        await ctx.tick().until(dut.empty)
+        answers.update(await members(ctx, dut, range(80)))
+
+    run(dut, testbench)
+    assert [line for line in set(reads) if not answers[line]] == [], f"seed {seed}"
+    assert not any(answers[line] for line in range(64, 80))
+    # (Some line not read is not a member: the answer is not simply "every table line".)
+    assert not all(answers[line] for line in range(64)), f"seed {seed}"
+
+
 def test_tap_filter_is_exact_for_back_to_back_repeats():
     """Table reads answered one beat per cycle, many on the same line back to back or two
     apart: with no line evicting another (16 lines, 16 filter slots), each is logged once,
@@ -294,3 +359,47 @@ def test_tap_filter_is_exact_for_back_to_back_repeats():
     run(dut, testbench)
     first_reads = list(dict.fromkeys(reads))
     assert entries == [(line, line + 1000) for line in first_reads]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_write_tap_logs_the_member_writes_in_order_under_back_pressure(seed):
+    """Writes taken whenever the tap does not hold them, its membership answered a cycle
+    later (members: even lines), the log taking entries at random: every member write
+    becomes one entry, in order, and none is lost while the buffer is full."""
+    dut = UpdateWriteTap(addr_width=20)
+    draw = random.Random(seed)
+    writes = [(draw.randrange(1 << 14), draw.getrandbits(512)) for _ in range(200)]
+    entries = []
+
+    async def testbench(ctx):
+        queue = list(writes)
+        asked = None
+        idle = 0
+        while queue or idle < 10:
+            # The tap's answer, for the line asked on the cycle before.
+            ctx.set(dut.member_hit, int(asked is not None and asked % 2 == 0))
+            offer = bool(queue) and draw.random() < 0.8
+            fire = offer and not ctx.get(dut.w_hold)
+            ctx.set(dut.enable, 1)
+            ctx.set(dut.w_fire, int(fire))
+            if offer:
+                ctx.set(dut.w_line, queue[0][0])
+                ctx.set(dut.w_data, queue[0][1])
+            ctx.set(dut.entries.ready, int(draw.random() < 0.3))
+            asked = ctx.get(dut.member_line) if fire else None
+            _, _, valid, ready, payload = await ctx.tick().sample(
+                dut.entries.valid, dut.entries.ready, dut.entries.payload)
+            if valid and ready:
+                entries.append((int(payload.line), int(payload.data)))
+            if fire:
+                queue.pop(0)
+            idle = idle + 1 if not queue and ctx.get(dut.empty) else 0
+
+    run(dut, testbench)
+    assert entries == [(line, value) for line, value in writes if line % 2 == 0], f"seed {seed}"
+
+
+def test_write_tap_checks_its_buffer_depth():
+    with pytest.raises(ValueError, match=r"^Write tap buffer depth must be a power of two >= 4, "
+                                         r"not 6$"):
+        UpdateWriteTap(addr_width=20, buffer_depth=6)
