@@ -95,9 +95,10 @@ comes:
 * ``ON_LOOKUP``, if batch N's log is complete (taken on lookup, or by a finished background
   replay) and did not overflow: *log-ahead*. N's log is closed first (its last header issued,
   its entry count kept for N's flag), then the tap logs LOOKUP(N + 1)'s reads into area
-  (N + 1) % 2 (free: N - 1 is committed), holding the read data as on lookup. Those are the
-  values before UPDATE(N); for the lines UPDATE(N) rewrites, batch N + 1 must roll back to
-  UPDATE(N)'s values instead. So while UPDATE(N) runs, the write tap
+  (N + 1) % 2 (free: N - 1 is committed), holding the read data as on lookup, except the
+  lines batch N logged (the tap's previous filter): UPDATE(N) rewrites those. The entries
+  hold the values before UPDATE(N); for the lines UPDATE(N) rewrites, batch N + 1 must roll
+  back to UPDATE(N)'s values instead. So while UPDATE(N) runs, the write tap
   (:class:`~hw.ckpt.write_tap.UpdateWriteTap`) appends each engine write whose line may be in
   N + 1's log (the tap's filter answers with no false negative) to that log, with the data
   written: RECOVER restores a log in order, so the later entry wins. When UPDATE(N) commits,
@@ -777,6 +778,10 @@ class CheckpointEngine(wiring.Component):
                 m.d.comb += [phase.eq(CheckpointPhase.LOOKUP), ahead_flush.eq(1)]
                 with m.If(entries_empty & log.sealed):
                     start_logging(batch)
+                    # The tap's previous filter is batch N's (its log's): the lines UPDATE(N)
+                    # rewrites are logged by the write tap only. (Not when a failed deferred
+                    # LOOKUP is sent again: the previous filter is then its own.)
+                    m.d.comb += tap.skip_previous.eq(~ahead)
                     m.d.sync += [ahead.eq(1), ahead_cut.eq(0)]
                     with m.If(~ahead):   # (else a failed deferred LOOKUP is being sent again)
                         m.d.sync += [held_count.eq(log.count),

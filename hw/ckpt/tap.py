@@ -22,6 +22,13 @@ new value of each line a relaxed UPDATE(N) writes that LOOKUP(N + 1) has logged.
 filter is a member; so is any table line whose filter slot has lost a line of this batch to
 another one (the lost line may be the one asked about). Without a filter every table line is.
 
+Shared lines (``skip_previous``, with a filter): ``start`` keeps the previous batch's filter
+beside the new one. When LOOKUP(N + 1) is logged ahead, a line that batch N logged (an exact hit
+in that filter) is one UPDATE(N) will rewrite, so its old value here would be superseded by the
+write tap's entry anyway: it is remembered (so it is a member, and its repeats are duplicates)
+but not logged. This relies on UPDATE(N) writing every line LOOKUP(N) read (the host sends both
+with the same batch), as the undo log relies on it writing no other.
+
 Entries go into a FIFO of ``buffer_depth`` lines; when it is nearly full the engine's read data
 is held (``r_hold``), so an entry is never dropped; the log writer drains it in the background
 (the host's MLP work overlaps it), and UPDATE waits until it is empty and persistent. With
@@ -102,6 +109,11 @@ class LookupTap(wiring.Component):
         For the line given the cycle before: it may have been logged since ``start`` (module
         docstring). Exact only for a tap that dropped nothing; ask only while no table read is
         being logged.
+    skip_previous : ``In(1)``
+        Sampled at ``start``: lines in the previous batch's filter are remembered but not
+        logged (module docstring).
+    shared : ``Out(32)``
+        Table beats skipped that way since ``start``.
     """
 
     def __init__(self, *, addr_width, id_width, max_tables, buffer_depth=64, dedup_entries=256):
@@ -133,6 +145,8 @@ class LookupTap(wiring.Component):
             "duplicates": Out(32),
             "member_line": In(law),
             "member_hit": Out(1),
+            "skip_previous": In(1),
+            "shared": Out(32),
         })
 
     def elaborate(self, platform):
@@ -239,51 +253,74 @@ class LookupTap(wiring.Component):
             width=self.entry_layout.size, depth=self._buffer_depth)
         logged = Signal(32)
         duplicates = Signal(32)
+        shared = Signal(32)
         push = Signal()
         fresh = Signal()   # s4's line is not a duplicate (push it if there is room)
-        m.d.comb += [fresh.eq(s4_valid & ~s4_hit), push.eq(fresh & buffer.w_rdy)]
+        s4_shared = Signal()   # s4's line is in the previous batch's filter (skip_previous)
+        remembered = Signal()  # s4's line goes into the filter (pushed, or skipped as shared)
+        m.d.comb += [fresh.eq(s4_valid & ~s4_hit & ~s4_shared),
+                     push.eq(fresh & buffer.w_rdy),
+                     remembered.eq(push | (s4_valid & ~s4_hit & s4_shared))]
         m.d.sync += [s4_valid.eq(s3_valid), s4_line.eq(s3_line), s4_data.eq(s3_data)]
         if self._dedup_entries:
             bits = exact_log2(self._dedup_entries)
-            m.submodules.filter = seen = memory.Memory(
-                shape=unsigned(law), depth=self._dedup_entries, init=[])
-            remember = seen.write_port()
-            check = seen.read_port(transparent_for=(remember,))
+            # Two filters: ``start`` swaps them, so the previous batch's stays readable.
+            bank = Signal()
+            skipping = Signal()
             valid = Signal(self._dedup_entries)
-            m.d.comb += check.addr.eq(fold(s2_line, law, bits))
-            slot = fold(s3_line, law, bits)
-            # The line pushed this cycle is remembered too late for s3's filter read: compared
-            # directly.
-            m.d.sync += s4_hit.eq((valid.bit_select(slot, 1) & (check.data == s3_line)) |
-                                  (push & (s4_line == s3_line)))
-            s4_slot = fold(s4_line, law, bits)
-            m.d.comb += [remember.addr.eq(s4_slot), remember.data.eq(s4_line),
-                         remember.en.eq(push)]
-            with m.If(self.start):
-                m.d.sync += valid.eq(0)
-            with m.Elif(push):
-                m.d.sync += valid.eq(valid | (1 << s4_slot))
-            # A push into a valid slot that did not hit replaces another line of this batch.
-            # (As for s4_hit, the slot pushed this cycle is compared directly.)
-            s4_slot_taken = Signal()
-            m.d.sync += s4_slot_taken.eq(valid.bit_select(slot, 1) | (push & (s4_slot == slot)))
+            valid_previous = Signal(self._dedup_entries)
             lost = Signal(self._dedup_entries)
             with m.If(self.start):
-                m.d.sync += lost.eq(0)
-            with m.Elif(push & s4_slot_taken):
-                m.d.sync += lost.eq(lost | (1 << s4_slot))
-            probe = seen.read_port(transparent_for=(remember,))
-            m.d.comb += probe.addr.eq(fold(self.member_line, law, bits))
+                m.d.sync += [bank.eq(~bank), skipping.eq(self.skip_previous),
+                             valid.eq(0), valid_previous.eq(valid), lost.eq(0)]
+            slot = fold(s3_line, law, bits)
+            s4_slot = fold(s4_line, law, bits)
             asked_slot = fold(asked_line, law, bits)
+            check_data = []
+            probe_data = []
+            for index in range(2):
+                seen = memory.Memory(shape=unsigned(law), depth=self._dedup_entries, init=[])
+                m.submodules[f"filter{index}"] = seen
+                remember = seen.write_port()
+                check = seen.read_port(transparent_for=(remember,))
+                probe = seen.read_port(transparent_for=(remember,))
+                m.d.comb += [check.addr.eq(fold(s2_line, law, bits)),
+                             probe.addr.eq(fold(self.member_line, law, bits)),
+                             remember.addr.eq(s4_slot), remember.data.eq(s4_line),
+                             remember.en.eq(remembered & (bank == index))]
+                check_data.append(check.data)
+                probe_data.append(probe.data)
+            active_data = Mux(bank, check_data[1], check_data[0])
+            previous_data = Mux(bank, check_data[0], check_data[1])
+            # The line remembered this cycle is remembered too late for s3's filter read:
+            # compared directly.
+            m.d.sync += [
+                s4_hit.eq((valid.bit_select(slot, 1) & (active_data == s3_line))
+                          | (remembered & (s4_line == s3_line))),
+                s4_shared.eq(skipping & valid_previous.bit_select(slot, 1)
+                             & (previous_data == s3_line)),
+            ]
+            with m.If(~self.start & remembered):
+                m.d.sync += valid.eq(valid | (1 << s4_slot))
+            # A line remembered into a valid slot (it did not hit) replaces another line of
+            # this batch. (As for s4_hit, the slot remembered this cycle is compared directly.)
+            s4_slot_taken = Signal()
+            m.d.sync += s4_slot_taken.eq(valid.bit_select(slot, 1)
+                                         | (remembered & (s4_slot == slot)))
+            with m.If(~self.start & remembered & s4_slot_taken):
+                m.d.sync += lost.eq(lost | (1 << s4_slot))
+            probe_line = Mux(bank, probe_data[1], probe_data[0])
             m.d.comb += self.member_hit.eq(
                 in_tables(asked_line) & valid.bit_select(asked_slot, 1)
-                & ((probe.data == asked_line) | lost.bit_select(asked_slot, 1)))
+                & ((probe_line == asked_line) | lost.bit_select(asked_slot, 1)))
             with m.If(s4_valid & s4_hit & ~self.start):
                 m.d.sync += duplicates.eq(duplicates + 1)
+            with m.If(s4_valid & ~s4_hit & s4_shared & ~self.start):
+                m.d.sync += shared.eq(shared + 1)
         else:
             m.d.comb += self.member_hit.eq(in_tables(asked_line))
         with m.If(self.start):
-            m.d.sync += [logged.eq(0), duplicates.eq(0), self.dropped.eq(0)]
+            m.d.sync += [logged.eq(0), duplicates.eq(0), shared.eq(0), self.dropped.eq(0)]
         with m.Elif(fresh & ~buffer.w_rdy):
             m.d.sync += self.dropped.eq(1)  # (only while lossy: r_hold keeps room otherwise)
         with m.Elif(push):
@@ -298,6 +335,6 @@ class LookupTap(wiring.Component):
             self.r_hold.eq(~self.lossy & (buffer.level > self._buffer_depth - _PIPELINE - 1)),
             self.empty.eq(~buffer.r_rdy & ~s1_valid & ~s2_valid & ~s3_valid & ~s4_valid),
             self.settled.eq(~s1_valid & ~s2_valid & ~s3_valid & ~s4_valid),
-            self.logged.eq(logged), self.duplicates.eq(duplicates),
+            self.logged.eq(logged), self.duplicates.eq(duplicates), self.shared.eq(shared),
         ]
         return m

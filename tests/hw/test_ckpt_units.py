@@ -403,3 +403,70 @@ def test_write_tap_checks_its_buffer_depth():
     with pytest.raises(ValueError, match=r"^Write tap buffer depth must be a power of two >= 4, "
                                          r"not 6$"):
         UpdateWriteTap(addr_width=20, buffer_depth=6)
+
+
+async def read_beats(ctx, dut, lines):
+    """Table reads of ``lines``, one beat per cycle (ID n % 16), data line + 1000; returns
+    the entries the tap produces until it is empty."""
+    entries = []
+
+    async def step():
+        _, _, valid, payload = await ctx.tick().sample(dut.entries.valid, dut.entries.payload)
+        if valid:
+            entries.append((int(payload.line), int(payload.data)))
+
+    ctx.set(dut.entries.ready, 1)
+    ctx.set(dut.rlast, 1)
+    ctx.set(dut.rresp, 0)
+    answer = None
+    for n in range(len(lines) + 1):
+        ctx.set(dut.arvalid, int(n < len(lines)))
+        ctx.set(dut.ar_fire, int(n < len(lines)))
+        if n < len(lines):
+            ctx.set(dut.arid, n % 16)
+            ctx.set(dut.araddr, lines[n] * 64)
+        ctx.set(dut.r_fire, int(answer is not None))
+        if answer is not None:
+            ctx.set(dut.rid, answer[0])
+            ctx.set(dut.rdata, answer[1] + 1000)
+        await step()
+        answer = (n % 16, lines[n]) if n < len(lines) else None
+    for signal in (dut.arvalid, dut.ar_fire, dut.r_fire):
+        ctx.set(signal, 0)
+    while not ctx.get(dut.empty):
+        await step()
+    return entries
+
+
+def test_tap_skips_the_previous_batchs_lines_only_when_asked():
+    """Batch A reads some of 16 lines (16 filter slots: no eviction); batch B, started with
+    ``skip_previous``, logs only its lines A did not read, yet all of its lines are members
+    and its repeats of a skipped line are duplicates; batch C (same reads, no skip) logs all."""
+    dut = LookupTap(addr_width=20, id_width=4, max_tables=1, buffer_depth=64,
+                    dedup_entries=16)
+    draw = random.Random(11)
+    reads_a = [draw.randrange(10) for _ in range(30)]
+    reads_b = [draw.randrange(4, 16) for _ in range(40)]
+    table = {"base": 0, "rows": 16, "dim": 16, "mode": 0}
+    results = {}
+
+    async def testbench(ctx):
+        await start_tap(ctx, dut, [table])
+        results["a"] = await read_beats(ctx, dut, reads_a)
+        ctx.set(dut.skip_previous, 1)
+        await start_tap(ctx, dut, [table])
+        ctx.set(dut.skip_previous, 0)
+        results["b"] = await read_beats(ctx, dut, reads_b)
+        results["b_members"] = await members(ctx, dut, range(16))
+        results["b_counts"] = (ctx.get(dut.shared), ctx.get(dut.duplicates))
+        await start_tap(ctx, dut, [table])
+        results["c"] = await read_beats(ctx, dut, reads_b)
+
+    run(dut, testbench)
+    first_b = list(dict.fromkeys(reads_b))
+    assert results["a"] == [(line, line + 1000) for line in dict.fromkeys(reads_a)]
+    assert results["b"] == [(line, line + 1000) for line in first_b if line not in reads_a]
+    assert [line for line in range(16) if results["b_members"][line]] == sorted(first_b)
+    shared = len([line for line in first_b if line in reads_a])
+    assert shared > 0 and results["b_counts"] == (shared, len(reads_b) - len(first_b))
+    assert results["c"] == [(line, line + 1000) for line in first_b]
