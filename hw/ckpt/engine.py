@@ -226,7 +226,7 @@ class CheckpointEngine(wiring.Component):
         Log entries buffered on chip (a power of two, 8..4096); the lookup's read data waits
         when it is full.
     dedup_entries : int
-        Lines in the per-batch duplicate filter: 0 (off) or a power of two, 2..4096.
+        Lines in the per-batch duplicate filter: 0 (off) or a power of two, 2..16384.
     max_outstanding_writes : int
         Own writes of one kind, and engine writes, in flight: 1..1024.
 
@@ -286,7 +286,7 @@ class CheckpointEngine(wiring.Component):
         _check_int(id_width, "ID width", 3, 16)
         _check_int(max_tables, "Maximum table count", 1, 255)
         _check_int(log_buffer_depth, "Log buffer depth", 8, 4096, power_of_two=True)
-        _check_int(dedup_entries, "Duplicate filter size", 2, 4096, power_of_two=True,
+        _check_int(dedup_entries, "Duplicate filter size", 2, 16384, power_of_two=True,
                    zero=True)
         _check_int(max_outstanding_writes, "Outstanding write limit", 1, 1024)
         self._addr_width = addr_width

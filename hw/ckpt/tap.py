@@ -70,7 +70,8 @@ class LookupTap(wiring.Component):
     buffer_depth : int
         Entries buffered before the read data is held (a power of two, >= 8).
     dedup_entries : int
-        Lines in the duplicate filter: 0 (off) or a power of two, 2..4096.
+        Lines in the duplicate filter (each of its two banks): 0 (off) or a power of two,
+        2..16384.
 
     Members
     -------

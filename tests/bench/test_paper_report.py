@@ -41,6 +41,8 @@ def _raw():
                                       "snapshot_lines_per_k": 10},
             "trainingcxl": {"batches": _nmp_batches(950, 0),
                             "counters": {"log_entries": 40}, "snapshot_lines_per_k": 10},
+            "trainingcxl_replay": {"batches": _nmp_batches(960, 0),
+                                   "counters": {"log_entries": 40}, "snapshot_lines_per_k": 10},
             "host_gather": {"batches": host},
         },
         "recovery": {"batch": 1, "recovery_cycles": 200, "restored_entries": 8,

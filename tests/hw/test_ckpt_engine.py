@@ -45,7 +45,7 @@ def test_parameters_are_validated_with_exact_messages():
                                          r"8\.\.4096, not 12$"):
         CheckpointEngine(log_buffer_depth=12)
     with pytest.raises(ValueError, match=r"^Duplicate filter size must be 0 or a power of "
-                                         r"two in 2\.\.4096, not 3$"):
+                                         r"two in 2\.\.16384, not 3$"):
         CheckpointEngine(dedup_entries=3)
     with pytest.raises(TypeError, match=r"^Address width must be an integer, not '32'$"):
         CheckpointEngine(addr_width="32")

@@ -283,26 +283,7 @@ def test_tap_membership_has_no_false_negative_when_lines_evict_each_other(seed):
 
     async def testbench(ctx):
         await start_tap(ctx, dut, [{"base": 0, "rows": 64, "dim": 16, "mode": 0}])
-        ctx.set(dut.entries.ready, 1)
-        ctx.set(dut.rlast, 1)
-        ctx.set(dut.rresp, 0)
-        answer = None
-        for n in range(len(reads) + 1):
-            ctx.set(dut.arvalid, int(n < len(reads)))
-            ctx.set(dut.ar_fire, int(n < len(reads)))
-            if n < len(reads):
-                ctx.set(dut.arid, n % 16)
-                ctx.set(dut.araddr, reads[n] * 64)
-            ctx.set(dut.r_fire, int(answer is not None))
-            if answer is not None:
-                ctx.set(dut.rid, answer[0])
-                ctx.set(dut.rdata, answer[1])
-            await ctx.tick()
-            answer = (n % 16, reads[n]) if n < len(reads) else None
-        ctx.set(dut.arvalid, 0)
-        ctx.set(dut.ar_fire, 0)
-        ctx.set(dut.r_fire, 0)
-        await ctx.tick().until(dut.empty)
+        await read_beats(ctx, dut, reads)
         answers.update(await members(ctx, dut, range(80)))
 
     run(dut, testbench)
@@ -326,34 +307,7 @@ def test_tap_filter_is_exact_for_back_to_back_repeats():
 
     async def testbench(ctx):
         await start_tap(ctx, dut, [{"base": 0, "rows": 16, "dim": 16, "mode": 0}])
-        ctx.set(dut.entries.ready, 1)
-        ctx.set(dut.rlast, 1)
-        ctx.set(dut.rresp, 0)
-        answer = None   # (ID, line) sent on AR last cycle, answered now
-        for n in range(len(reads) + 1):
-            ctx.set(dut.arvalid, int(n < len(reads)))
-            ctx.set(dut.ar_fire, int(n < len(reads)))
-            if n < len(reads):
-                ctx.set(dut.arid, n % 16)
-                ctx.set(dut.araddr, reads[n] * 64)
-            ctx.set(dut.r_fire, int(answer is not None))
-            if answer is not None:
-                ctx.set(dut.rid, answer[0])
-                ctx.set(dut.rdata, answer[1] + 1000)
-            assert not ctx.get(dut.ar_hold) and not ctx.get(dut.r_hold)
-            _, _, valid, payload = await ctx.tick().sample(dut.entries.valid,
-                                                            dut.entries.payload)
-            if valid:
-                entries.append((int(payload.line), int(payload.data)))
-            answer = (n % 16, reads[n]) if n < len(reads) else None
-        ctx.set(dut.arvalid, 0)
-        ctx.set(dut.ar_fire, 0)
-        ctx.set(dut.r_fire, 0)
-        while not ctx.get(dut.empty):
-            _, _, valid, payload = await ctx.tick().sample(dut.entries.valid,
-                                                            dut.entries.payload)
-            if valid:
-                entries.append((int(payload.line), int(payload.data)))
+        entries.extend(await read_beats(ctx, dut, reads))
         assert ctx.get(dut.duplicates) == len(reads) - len(set(reads))
 
     run(dut, testbench)
@@ -406,8 +360,8 @@ def test_write_tap_checks_its_buffer_depth():
 
 
 async def read_beats(ctx, dut, lines):
-    """Table reads of ``lines``, one beat per cycle (ID n % 16), data line + 1000; returns
-    the entries the tap produces until it is empty."""
+    """Table reads of ``lines``, one beat per cycle (ID n % 16), data line + 1000, never held;
+    returns the entries the tap produces until it is empty."""
     entries = []
 
     async def step():
@@ -429,6 +383,7 @@ async def read_beats(ctx, dut, lines):
         if answer is not None:
             ctx.set(dut.rid, answer[0])
             ctx.set(dut.rdata, answer[1] + 1000)
+        assert not ctx.get(dut.ar_hold) and not ctx.get(dut.r_hold)
         await step()
         answer = (n % 16, lines[n]) if n < len(lines) else None
     for signal in (dut.arvalid, dut.ar_fire, dut.r_fire):
