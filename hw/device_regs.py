@@ -291,7 +291,11 @@ def _add_checkpoint_registers(regmap, c):
                      "host works; commands wait for it. 3 LOOKUP_THEN_REPLAY: as ON_LOOKUP but the "
                      "lookup is never held up (entries that find the tap's buffer full are "
                      "dropped); a background replay after LOOKUP(N)'s status logs the missing "
-                     "ones. Sampled when LOOKUP(N) is accepted and held for batch N."))
+                     "ones. Sampled when LOOKUP(N) is accepted and held for batch N. With "
+                     "relaxed_lookup, a LOOKUP(N + 1) run ahead of UPDATE(N) in ON_LOOKUP mode "
+                     "is logged ahead (its reads of the rows batch N did not log, then "
+                     "UPDATE(N)'s new values of the rows both touch); in the other modes a "
+                     "background replay logs it after UPDATE(N)."))
     regmap.add("CKPT_INTERVAL", "Snapshot interval K: SNAPSHOT(N) needs (N + 1) % K == 0 "
                "(0: any batch).", Field("interval", 32, rw, ""))
     for name, doc in (("META", "metadata (superblock, commit record, batch flags, snapshot "
