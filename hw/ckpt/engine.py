@@ -226,7 +226,11 @@ class CheckpointEngine(wiring.Component):
         Log entries buffered on chip (a power of two, 8..4096); the lookup's read data waits
         when it is full.
     dedup_entries : int
-        Lines in the per-batch duplicate filter: 0 (off) or a power of two, 2..16384.
+        Lines in the per-batch duplicate filter: 0 (off) or a power of two, 2..16384. Its two
+        banks are block RAM, valid bits included (each word holds the epoch it was written
+        in), so emptying a bank costs nothing, except that after a reset, and once in every
+        255 batches a bank serves, it is swept: the LOOKUP that opens that batch waits
+        ``dedup_entries`` cycles.
     max_outstanding_writes : int
         Own writes of one kind, and engine writes, in flight: 1..1024.
 

@@ -14,7 +14,10 @@ Deduplication (``dedup_entries`` > 0): a direct-mapped filter of the lines logge
 batch, indexed by an XOR fold of the line address and holding the full address, so a hit is
 always exact (duplicates of one batch hold the same old value; skipping them saves PMEM write
 bandwidth, the scarce resource). A miss that evicts another line only costs a second entry
-for that line later, which is harmless. The filter is emptied by ``start``.
+for that line later, which is harmless. The filter is emptied by ``start``, at no cost: each
+word holds the epoch it was written in, and only a word of the bank's current epoch is valid
+(a bank is swept only when its epochs wrap, ``epoch_bits``), so the filter, valid bits
+included, is block RAM of any size.
 
 Membership (``member_line`` -> ``member_hit``): may a line have been read as a table line since
 ``start``? Never a false negative, for the write tap (:mod:`hw.ckpt.write_tap`), which logs the
@@ -71,7 +74,11 @@ class LookupTap(wiring.Component):
         Entries buffered before the read data is held (a power of two, >= 8).
     dedup_entries : int
         Lines in the duplicate filter (each of its two banks): 0 (off) or a power of two,
-        2..16384.
+        2..16384. The filter is in memory, valid bits included (``epoch_bits``).
+    epoch_bits : int
+        Width of each filter word's epoch, 1..16: ``start`` empties a bank by moving its epoch
+        on, and only every ``2**epoch_bits - 1``-th use of a bank (and after a reset) sweeps
+        it, which takes ``sweep_cycles`` before ``ready``.
 
     Members
     -------
@@ -117,7 +124,12 @@ class LookupTap(wiring.Component):
         Table beats skipped that way since ``start``.
     """
 
-    def __init__(self, *, addr_width, id_width, max_tables, buffer_depth=64, dedup_entries=256):
+    def __init__(self, *, addr_width, id_width, max_tables, buffer_depth=64, dedup_entries=256,
+                 epoch_bits=8):
+        if isinstance(epoch_bits, bool) or not isinstance(epoch_bits, int) \
+                or not 1 <= epoch_bits <= 16:
+            raise ValueError(f"Filter epoch width must be an integer in 1..16, not {epoch_bits!r}")
+        self._epoch_bits = epoch_bits
         self._addr_width = addr_width
         self._id_width = id_width
         self._max_tables = max_tables
@@ -150,6 +162,12 @@ class LookupTap(wiring.Component):
             "shared": Out(32),
         })
 
+    @property
+    def sweep_cycles(self):
+        """Cycles a sweep of the filter takes (after a reset, and when a bank's epochs run
+        out): one per word, both banks at once."""
+        return self._dedup_entries
+
     def elaborate(self, platform):
         m = Module()
         law = self._addr_width - 6
@@ -161,7 +179,6 @@ class LookupTap(wiring.Component):
         enabled = Signal(self._max_tables)
         computing = Signal()
         index = Signal(range(self._max_tables + 1))
-        m.d.comb += self.ready.eq(~computing & ~self.start)
         with m.If(self.start):
             m.d.sync += [computing.eq(1), index.eq(0)]
         with m.Elif(computing):
@@ -263,57 +280,82 @@ class LookupTap(wiring.Component):
                      push.eq(fresh & buffer.w_rdy),
                      remembered.eq(push | (s4_valid & ~s4_hit & s4_shared))]
         m.d.sync += [s4_valid.eq(s3_valid), s4_line.eq(s3_line), s4_data.eq(s3_data)]
+        sweeping = Signal()   # the filter is being emptied (``ready`` waits for it)
         if self._dedup_entries:
             bits = exact_log2(self._dedup_entries)
-            # Two filters: ``start`` swaps them, so the previous batch's stays readable.
+            # Two filters: ``start`` swaps them, so the previous batch's stays readable. A
+            # word is valid when its epoch is its bank's: ``start`` empties the new bank by
+            # moving its epoch on; when the epochs run out (and after a reset, as memory keeps
+            # its contents) the bank is swept instead, every word's epoch set to 0 (never a
+            # bank's).
+            word = data.StructLayout({"line": unsigned(law),
+                                      "epoch": unsigned(self._epoch_bits), "lost": 1})
+            last_epoch = 2 ** self._epoch_bits - 1
             bank = Signal()
             skipping = Signal()
-            valid = Signal(self._dedup_entries)
-            valid_previous = Signal(self._dedup_entries)
-            lost = Signal(self._dedup_entries)
+            epochs = [Signal(self._epoch_bits, init=1, name=f"epoch{index}")
+                      for index in range(2)]
+            sweep = Signal(2, init=0b11)   # the banks being swept
+            sweep_slot = Signal(bits)
+            m.d.comb += sweeping.eq(sweep.any())
             with m.If(self.start):
-                m.d.sync += [bank.eq(~bank), skipping.eq(self.skip_previous),
-                             valid.eq(0), valid_previous.eq(valid), lost.eq(0)]
+                m.d.sync += [bank.eq(~bank), skipping.eq(self.skip_previous)]
+                for index, epoch in enumerate(epochs):
+                    with m.If(bank != index):   # the bank that becomes the active one
+                        with m.If(epoch == last_epoch):
+                            m.d.sync += [epoch.eq(1), sweep.eq(sweep | (1 << index)),
+                                         sweep_slot.eq(0)]
+                        with m.Else():
+                            m.d.sync += epoch.eq(epoch + 1)
+            with m.Elif(sweeping):
+                m.d.sync += sweep_slot.eq(sweep_slot + 1)
+                with m.If(sweep_slot == self._dedup_entries - 1):
+                    m.d.sync += sweep.eq(0)
+            active_epoch = Mux(bank, epochs[1], epochs[0])
+            previous_epoch = Mux(bank, epochs[0], epochs[1])
             slot = fold(s3_line, law, bits)
             s4_slot = fold(s4_line, law, bits)
-            asked_slot = fold(asked_line, law, bits)
+            s4_slot_taken = Signal()   # s4's slot holds a line of this batch (not s4's)
+            written = Signal(word)     # what s4 remembers
+            m.d.comb += [written.line.eq(s4_line), written.epoch.eq(active_epoch),
+                         written.lost.eq(s4_slot_taken)]
             check_data = []
             probe_data = []
             for index in range(2):
-                seen = memory.Memory(shape=unsigned(law), depth=self._dedup_entries, init=[])
+                seen = memory.Memory(shape=word, depth=self._dedup_entries, init=[])
                 m.submodules[f"filter{index}"] = seen
                 remember = seen.write_port()
                 check = seen.read_port(transparent_for=(remember,))
                 probe = seen.read_port(transparent_for=(remember,))
                 m.d.comb += [check.addr.eq(fold(s2_line, law, bits)),
-                             probe.addr.eq(fold(self.member_line, law, bits)),
-                             remember.addr.eq(s4_slot), remember.data.eq(s4_line),
-                             remember.en.eq(remembered & (bank == index))]
+                             probe.addr.eq(fold(self.member_line, law, bits))]
+                with m.If(sweep[index]):
+                    m.d.comb += [remember.addr.eq(sweep_slot), remember.en.eq(1)]
+                with m.Else():
+                    m.d.comb += [remember.addr.eq(s4_slot), remember.data.eq(written),
+                                 remember.en.eq(remembered & ~self.start & (bank == index))]
                 check_data.append(check.data)
                 probe_data.append(probe.data)
-            active_data = Mux(bank, check_data[1], check_data[0])
-            previous_data = Mux(bank, check_data[0], check_data[1])
+            active = data.View(word, Mux(bank, check_data[1], check_data[0]))
+            previous = data.View(word, Mux(bank, check_data[0], check_data[1]))
+            active_valid = active.epoch == active_epoch
             # The line remembered this cycle is remembered too late for s3's filter read:
             # compared directly.
+            same_slot = remembered & (s4_slot == slot)
             m.d.sync += [
-                s4_hit.eq((valid.bit_select(slot, 1) & (active_data == s3_line))
+                s4_hit.eq((active_valid & (active.line == s3_line))
                           | (remembered & (s4_line == s3_line))),
-                s4_shared.eq(skipping & valid_previous.bit_select(slot, 1)
-                             & (previous_data == s3_line)),
+                s4_shared.eq(skipping & (previous.epoch == previous_epoch)
+                             & (previous.line == s3_line)),
+                # A line remembered into a valid slot (it did not hit) replaces another line
+                # of this batch: the slot has lost it, for the rest of the batch (a valid slot
+                # is taken again only by a line that marks it so).
+                s4_slot_taken.eq(active_valid | same_slot),
             ]
-            with m.If(~self.start & remembered):
-                m.d.sync += valid.eq(valid | (1 << s4_slot))
-            # A line remembered into a valid slot (it did not hit) replaces another line of
-            # this batch. (As for s4_hit, the slot remembered this cycle is compared directly.)
-            s4_slot_taken = Signal()
-            m.d.sync += s4_slot_taken.eq(valid.bit_select(slot, 1)
-                                         | (remembered & (s4_slot == slot)))
-            with m.If(~self.start & remembered & s4_slot_taken):
-                m.d.sync += lost.eq(lost | (1 << s4_slot))
-            probe_line = Mux(bank, probe_data[1], probe_data[0])
+            probed = data.View(word, Mux(bank, probe_data[1], probe_data[0]))
             m.d.comb += self.member_hit.eq(
-                in_tables(asked_line) & valid.bit_select(asked_slot, 1)
-                & ((probe_line == asked_line) | lost.bit_select(asked_slot, 1)))
+                in_tables(asked_line) & (probed.epoch == active_epoch)
+                & ((probed.line == asked_line) | probed.lost))
             with m.If(s4_valid & s4_hit & ~self.start):
                 m.d.sync += duplicates.eq(duplicates + 1)
             with m.If(s4_valid & ~s4_hit & s4_shared & ~self.start):
@@ -326,6 +368,7 @@ class LookupTap(wiring.Component):
             m.d.sync += self.dropped.eq(1)  # (only while lossy: r_hold keeps room otherwise)
         with m.Elif(push):
             m.d.sync += logged.eq(logged + 1)
+        m.d.comb += self.ready.eq(~computing & ~sweeping & ~self.start)
         m.d.comb += [buffer.w_en.eq(push), buffer.w_data.eq(Cat(s4_line, s4_data))]
 
         entry = data.View(self.entry_layout, buffer.r_data)

@@ -44,8 +44,9 @@ SYSTEM_4CH = Design("ckpt_system_4ch", "tb.ckpt.harness:CheckpointSystem", {
 #: lines (1,024 x 4), so a chunk's apply hands its writes over at once and the relaxed lookup's
 #: correction runs while PMEM's slow write port drains them, and the host-gather baseline's
 #: CXL.mem link (:class:`sim.host_link.HostLink`). The duplicate filter has the tap's largest
-#: size, 4,096 lines: an rm2_sim batch touches 8,700 table lines, and with 1,024 a fifth of its
-#: log entries were lines already logged (each costs a PMEM write). The memory is four PMEM
+#: size, 16,384 lines (block RAM, valid bits included): an rm2_sim batch touches 8,700 table
+#: lines; with 4,096 the lines it evicted were logged again, and the write tap logged nearly
+#: every write of UPDATE(N) as LOOKUP(N + 1)'s filter answered "maybe". The memory is four PMEM
 #: channels, as the paper's prototype had four memory controllers, each with the whole `pmem`
 #: profile; 128 reads in flight through the arbiter: nearly the memory's bandwidth x latency
 #: (4 x 0.6 x 60 = 144 lines), and twice the engines' 64. Each correction context queues
@@ -61,7 +62,7 @@ PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
     "update_outstanding_reads": 64, "update_write_buffer": 4096, "correction_contexts": 8,
     "correction_queue_depth": 128, "delta_lanes": True,
     "memory_lines": 1 << 19, "pending_beats": 64, "log_buffer_depth": 64,
-    "dedup_entries": 4096, "channels": 4, "reorder_depth": 128,
+    "dedup_entries": 16384, "channels": 4, "reorder_depth": 128,
     "host_link": {"desc_depth": 4096, "buffer_lines": 16384},
 })
 

@@ -6,6 +6,7 @@ lost when the buffer is full)."""
 import random
 
 import pytest
+from amaranth.hdl import ResetInserter, Signal
 from amaranth.sim import Simulator
 
 from hw.ckpt.layouts import (
@@ -425,3 +426,58 @@ def test_tap_skips_the_previous_batchs_lines_only_when_asked():
     shared = len([line for line in first_b if line in reads_a])
     assert shared > 0 and results["b_counts"] == (shared, len(reads_b) - len(first_b))
     assert results["c"] == [(line, line + 1000) for line in first_b]
+
+
+def test_tap_filter_empties_across_epoch_wraps_and_resets():
+    """Eight batches through a 16-slot filter whose words have 2-bit epochs (each bank wraps
+    and is swept every third use), then a reset: every batch logs each of its lines once, its
+    members are exactly its lines (a word of an earlier batch never counts), ``ready`` waits
+    for a sweep exactly when a bank's epochs run out and after the reset, and the batch after
+    the reset, which reads the lines the last one did, logs them again."""
+    dut = LookupTap(addr_width=20, id_width=4, max_tables=1, buffer_depth=64,
+                    dedup_entries=16, epoch_bits=2)
+    draw = random.Random(5)
+    batches = [[draw.randrange(16) for _ in range(20)] for _ in range(8)]
+    batches.append(batches[-1])   # after the reset
+    table = {"base": 0, "rows": 16, "dim": 16, "mode": 0}
+    logged, member_sets, waits = [], [], []
+    reset = Signal()   # (memory keeps its contents across it, as on the device)
+
+    async def testbench(ctx):
+        for n, reads in enumerate(batches):
+            if n == len(batches) - 1:
+                ctx.set(reset, 1)
+                await ctx.tick()
+                ctx.set(reset, 0)
+            ctx.set(dut.tables[0], table_layout(20).const(table))
+            ctx.set(dut.table_count, 1)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            cycles = 1
+            while not ctx.get(dut.ready):
+                await ctx.tick()
+                cycles += 1
+            waits.append(cycles)
+            ctx.set(dut.enable, 1)
+            logged.append([line for line, _ in await read_beats(ctx, dut, reads)])
+            answers = await members(ctx, dut, range(16))
+            member_sets.append({line for line, hit in answers.items() if hit})
+
+    run(ResetInserter(reset)(dut), testbench)
+    for n, reads in enumerate(batches):
+        assert logged[n] == list(dict.fromkeys(reads)), f"batch {n}"
+        assert member_sets[n] == set(reads), f"batch {n}"
+    # Bank 1 serves batches 0, 2, 4, 6 (epochs 2, 3, then swept: 1, 2), bank 0 batches 1, 3,
+    # 5, 7 (epochs 2, 3, swept, 2); a reset sweeps both banks (batch 0 starts during the
+    # power-on one); the extents take the rest.
+    extents = min(waits)
+    swept = [n for n, cycles in enumerate(waits) if cycles > extents]
+    assert swept == [0, 4, 5, 8]
+    assert all(waits[n] >= dut.sweep_cycles for n in swept)
+
+
+def test_tap_checks_its_epoch_width():
+    with pytest.raises(ValueError, match=r"^Filter epoch width must be an integer in 1\.\.16, "
+                                         r"not 0$"):
+        LookupTap(addr_width=20, id_width=4, max_tables=1, epoch_bits=0)
