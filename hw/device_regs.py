@@ -58,13 +58,16 @@ _ERROR_DOCS = {
                            "checkpoint engine's own flag stays set, until reset).",
 }
 #: The checkpoint engine's counters (hw.ckpt.engine.counters_layout), registers CKPT_<NAME>.
-CHECKPOINT_COUNTERS = ("log_entries", "log_duplicates", "own_writes", "interlock_cycles")
+CHECKPOINT_COUNTERS = ("log_entries", "log_duplicates", "own_writes", "interlock_cycles",
+                       "log_shared")
 _CHECKPOINT_COUNTER_DOCS = {
     "log_entries": "Undo-log entries written (all batches).",
     "log_duplicates": "Table lines not logged because the batch had logged them already.",
     "own_writes": "Writes of the checkpoint engine itself (log, flags, records, restores).",
     "interlock_cycles": "Cycles from UPDATE's acceptance until its in-place writes may start "
                         "(the batch's log and flag becoming persistent).",
+    "log_shared": "Table lines a LOOKUP logged ahead did not log because the batch before it "
+                  "had logged them: that batch's UPDATE logs their new values instead.",
 }
 _HOST_COUNTER_DOCS = {
     "requests": "CXL.mem messages accepted (M2S Req and RwD).",

@@ -194,6 +194,8 @@ def counters_layout() -> data.StructLayout:
         "log_duplicates": unsigned(32),   # table beats not logged: already logged this batch
         "own_writes": unsigned(32),       # own writes issued (log, flags, records, restores)
         "interlock_cycles": unsigned(32),  # from UPDATE accepted to the write gate opening
+        "log_shared": unsigned(32),       # table beats of a lookup logged ahead not logged:
+                                          # batch N logged them, UPDATE(N)'s writes log them
     })
 
 
@@ -635,6 +637,14 @@ class CheckpointEngine(wiring.Component):
             m.d.sync += [reply.error.eq(ErrorCode.BAD_OPCODE), error.eq(reason)]
             m.next = "Reply"
 
+        def forward_once_tap_is_ready(in_phase, run_state):
+            """After ``start_logging``: the command goes on to the engine once the tap has its
+            table extents (and an empty filter)."""
+            m.d.comb += phase.eq(in_phase)
+            with m.If(tap.ready):
+                m.d.sync += forward.eq(1)
+                m.next = run_state
+
         batch = command.batch
         next_batch = (last_committed + 1)[:32]
         # The modes whose log is (also) taken by a replay right after LOOKUP's status.
@@ -747,10 +757,7 @@ class CheckpointEngine(wiring.Component):
                     m.d.sync += [log_open.eq(0), log_cut.eq(0), ahead.eq(0)]
                     m.next = "LookupExtents"
             with m.State("LookupExtents"):
-                m.d.comb += phase.eq(CheckpointPhase.LOOKUP)
-                with m.If(tap.ready):
-                    m.d.sync += forward.eq(1)
-                    m.next = "LookupRun"
+                forward_once_tap_is_ready(CheckpointPhase.LOOKUP, "LookupRun")
             with m.State("LookupRun"):
                 # The engine writes only its output buffer during LOOKUP: those pass.
                 m.d.comb += [phase.eq(CheckpointPhase.LOOKUP), write_gate.eq(1),
@@ -792,10 +799,7 @@ class CheckpointEngine(wiring.Component):
                                      held_overflow.eq(log.overflow | log_cut)]
                     m.next = "AheadExtents"
             with m.State("AheadExtents"):
-                m.d.comb += phase.eq(CheckpointPhase.LOOKUP)
-                with m.If(tap.ready):
-                    m.d.sync += forward.eq(1)
-                    m.next = "DeferredRun"
+                forward_once_tap_is_ready(CheckpointPhase.LOOKUP, "DeferredRun")
             with m.State("DeferredRun"):
                 m.d.comb += [phase.eq(CheckpointPhase.LOOKUP), write_gate.eq(1),
                              tap.enable.eq(ahead & ~self.gpf),
@@ -830,10 +834,7 @@ class CheckpointEngine(wiring.Component):
                     m.d.sync += [log_cut.eq(0), ahead.eq(0)]
                     m.next = "ReplayExtents"
             with m.State("ReplayExtents"):
-                m.d.comb += phase.eq(CheckpointPhase.REPLAY)
-                with m.If(tap.ready):
-                    m.d.sync += forward.eq(1)
-                    m.next = "ReplayRun"
+                forward_once_tap_is_ready(CheckpointPhase.REPLAY, "ReplayRun")
             with m.State("ReplayRun"):
                 # The engine gets the latched LOOKUP; its output writes go to the sink.
                 m.d.comb += [phase.eq(CheckpointPhase.REPLAY), replay.eq(1),
@@ -1188,13 +1189,17 @@ class CheckpointEngine(wiring.Component):
         counters = self.counters
         tap_logged = Signal(32)
         tap_dups = Signal(32)
-        m.d.sync += [tap_logged.eq(tap.logged), tap_dups.eq(tap.duplicates)]
+        tap_shared = Signal(32)
+        m.d.sync += [tap_logged.eq(tap.logged), tap_dups.eq(tap.duplicates),
+                     tap_shared.eq(tap.shared)]
         # (Steps of one, not any change: ``start`` resetting the tap's counts is no entry.)
         tap_step = tap.logged == (tap_logged + 1)[:32]
         write_tap_step = write_tap.entries.valid & write_tap.entries.ready
         m.d.sync += counters.log_entries.eq(counters.log_entries + tap_step + write_tap_step)
         with m.If(tap.duplicates == (tap_dups + 1)[:32]):
             m.d.sync += counters.log_duplicates.eq(counters.log_duplicates + 1)
+        with m.If(tap.shared == (tap_shared + 1)[:32]):
+            m.d.sync += counters.log_shared.eq(counters.log_shared + 1)
         with m.If(join.own_w.valid & join.own_w.ready):
             m.d.sync += counters.own_writes.eq(counters.own_writes + 1)
         with m.If(seq.interlock):

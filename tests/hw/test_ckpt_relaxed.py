@@ -116,6 +116,8 @@ def test_relaxed_lookup_is_logged_ahead_and_rolls_back_to_the_update_before_it()
         assert (await command(ctx, ckpt, Opcode.LOOKUP, 1)).error == ErrorCode.NONE
         assert ctx.get(ckpt.lookup_deferred) == 1
         assert ctx.get(ckpt.counters.log_entries) == len(LOGGED) + len(fresh)
+        # (Batch 0's lines, each at its first read in LOOKUP(1): UPDATE(0) logs them.)
+        assert ctx.get(ckpt.counters.log_shared) == len(LOGGED)
         # The open batch is still 0, with its own count.
         assert ctx.get(ckpt.log_batch) == 0 and ctx.get(ckpt.log_entries) == len(LOGGED)
 
