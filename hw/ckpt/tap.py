@@ -174,24 +174,40 @@ class LookupTap(wiring.Component):
         ids = 2 ** self._id_width
 
         # --- table extents, one table per cycle after start (one multiplier) -----------------
+        # Three stages, each from registers: pick the table, multiply its rows by its lines
+        # per row, add its base and store (the pick and the product are each a long path).
         lows = Signal(data.ArrayLayout(unsigned(law), self._max_tables))
         highs = Signal(data.ArrayLayout(unsigned(law + 1), self._max_tables))
         enabled = Signal(self._max_tables)
         computing = Signal()
         index = Signal(range(self._max_tables + 1))
+        picked = Signal(table_layout(self._addr_width))
+        picked_valid = Signal()
+        picked_index = Signal(range(self._max_tables))
+        picked_enabled = Signal()
+        spanned_low = Signal(law)
+        spanned_lines = Signal(law + 1)   # (modulo 2 ** (law + 1), as the sum it goes into)
+        spanned_valid = Signal()
+        spanned_index = Signal(range(self._max_tables))
+        spanned_enabled = Signal()
         with m.If(self.start):
             m.d.sync += [computing.eq(1), index.eq(0)]
         with m.Elif(computing):
-            table = self.tables[index]
-            low = table.base[6:]
-            row_lines = table.dim[4:]  # dim is a multiple of 16 floats
-            for t in range(self._max_tables):
-                with m.If(index == t):
-                    m.d.sync += [lows[t].eq(low), highs[t].eq(low + table.rows * row_lines),
-                                 enabled[t].eq(index < self.table_count)]
             m.d.sync += index.eq(index + 1)
             with m.If(index == self._max_tables - 1):
                 m.d.sync += computing.eq(0)
+        m.d.sync += [picked_valid.eq(computing & ~self.start), picked.eq(self.tables[index]),
+                     picked_index.eq(index), picked_enabled.eq(index < self.table_count)]
+        m.d.sync += [spanned_valid.eq(picked_valid & ~self.start),
+                     spanned_low.eq(picked.base[6:]),
+                     spanned_lines.eq(picked.rows * picked.dim[4:]),  # dim: 16 floats a line
+                     spanned_index.eq(picked_index), spanned_enabled.eq(picked_enabled)]
+        with m.If(spanned_valid & ~self.start):
+            for t in range(self._max_tables):
+                with m.If(spanned_index == t):
+                    m.d.sync += [lows[t].eq(spanned_low),
+                                 highs[t].eq(spanned_low + spanned_lines),
+                                 enabled[t].eq(spanned_enabled)]
 
         def in_tables(line):
             return Cat(enabled[t] & (line >= lows[t]) & (line < highs[t])
@@ -368,7 +384,8 @@ class LookupTap(wiring.Component):
             m.d.sync += self.dropped.eq(1)  # (only while lossy: r_hold keeps room otherwise)
         with m.Elif(push):
             m.d.sync += logged.eq(logged + 1)
-        m.d.comb += self.ready.eq(~computing & ~sweeping & ~self.start)
+        m.d.comb += self.ready.eq(~computing & ~picked_valid & ~spanned_valid & ~sweeping
+                                  & ~self.start)
         m.d.comb += [buffer.w_en.eq(push), buffer.w_data.eq(Cat(s4_line, s4_data))]
 
         entry = data.View(self.entry_layout, buffer.r_data)
