@@ -1187,18 +1187,20 @@ class CheckpointEngine(wiring.Component):
 
         # --- counters -----------------------------------------------------------------------------
         counters = self.counters
-        tap_logged = Signal(32)
-        tap_dups = Signal(32)
-        tap_shared = Signal(32)
-        m.d.sync += [tap_logged.eq(tap.logged), tap_dups.eq(tap.duplicates),
-                     tap_shared.eq(tap.shared)]
-        # (Steps of one, not any change: ``start`` resetting the tap's counts is no entry.)
-        tap_step = tap.logged == (tap_logged + 1)[:32]
+
+        def stepped(count):
+            """The tap's ``count`` went up by one this cycle (steps of one, not any change:
+            ``start`` resetting the tap's counts is no entry)."""
+            before = Signal(32, name=f"tap_{count.name}_before")
+            m.d.sync += before.eq(count)
+            return count == (before + 1)[:32]
+
         write_tap_step = write_tap.entries.valid & write_tap.entries.ready
-        m.d.sync += counters.log_entries.eq(counters.log_entries + tap_step + write_tap_step)
-        with m.If(tap.duplicates == (tap_dups + 1)[:32]):
+        m.d.sync += counters.log_entries.eq(counters.log_entries + stepped(tap.logged)
+                                            + write_tap_step)
+        with m.If(stepped(tap.duplicates)):
             m.d.sync += counters.log_duplicates.eq(counters.log_duplicates + 1)
-        with m.If(tap.shared == (tap_shared + 1)[:32]):
+        with m.If(stepped(tap.shared)):
             m.d.sync += counters.log_shared.eq(counters.log_shared + 1)
         with m.If(join.own_w.valid & join.own_w.ready):
             m.d.sync += counters.own_writes.eq(counters.own_writes + 1)

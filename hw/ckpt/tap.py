@@ -316,10 +316,10 @@ class LookupTap(wiring.Component):
             m.d.comb += sweeping.eq(sweep.any())
             with m.If(self.start):
                 m.d.sync += [bank.eq(~bank), skipping.eq(self.skip_previous)]
-                for index, epoch in enumerate(epochs):
-                    with m.If(bank != index):   # the bank that becomes the active one
+                for other, epoch in enumerate(epochs):
+                    with m.If(bank != other):   # the bank that becomes the active one
                         with m.If(epoch == last_epoch):
-                            m.d.sync += [epoch.eq(1), sweep.eq(sweep | (1 << index)),
+                            m.d.sync += [epoch.eq(1), sweep.eq(sweep | (1 << other)),
                                          sweep_slot.eq(0)]
                         with m.Else():
                             m.d.sync += epoch.eq(epoch + 1)

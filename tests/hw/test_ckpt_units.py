@@ -113,15 +113,20 @@ def test_log_writer_fills_groups_and_rewrites_a_flushed_header():
 
 
 async def start_tap(ctx, dut, tables):
-    """Give the tap its tables (20-bit addresses), let it compute their extents, enable it."""
+    """Give the tap its tables (20-bit addresses), let it compute their extents (and empty its
+    filter), enable it; returns the cycles from ``start`` to ``ready``."""
     for t, table in enumerate(tables):
         ctx.set(dut.tables[t], table_layout(20).const(table))
     ctx.set(dut.table_count, len(tables))
     ctx.set(dut.start, 1)
     await ctx.tick()
     ctx.set(dut.start, 0)
-    await ctx.tick().until(dut.ready)
+    cycles = 1
+    while not ctx.get(dut.ready):
+        await ctx.tick()
+        cycles += 1
     ctx.set(dut.enable, 1)
+    return cycles
 
 
 async def members(ctx, dut, lines):
@@ -449,17 +454,7 @@ def test_tap_filter_empties_across_epoch_wraps_and_resets():
                 ctx.set(reset, 1)
                 await ctx.tick()
                 ctx.set(reset, 0)
-            ctx.set(dut.tables[0], table_layout(20).const(table))
-            ctx.set(dut.table_count, 1)
-            ctx.set(dut.start, 1)
-            await ctx.tick()
-            ctx.set(dut.start, 0)
-            cycles = 1
-            while not ctx.get(dut.ready):
-                await ctx.tick()
-                cycles += 1
-            waits.append(cycles)
-            ctx.set(dut.enable, 1)
+            waits.append(await start_tap(ctx, dut, [table]))
             logged.append([line for line, _ in await read_beats(ctx, dut, reads)])
             answers = await members(ctx, dut, range(16))
             member_sets.append({line for line, hit in answers.items() if hit})
