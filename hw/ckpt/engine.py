@@ -20,10 +20,12 @@ A batch N runs LOOKUP(N), UPDATE(N), then possibly SNAPSHOT(N):
   the command runs; its status is returned as soon as the embedding engine finishes, and the
   log drains in the background.
 * UPDATE(N) *seals* the log: it waits until every entry and header is written and every LOG
-  write has its B response (invariant 2), then writes N's flag ``{N, entries, SET}`` and
-  forwards UPDATE(N) at once (the engine's reads of gradients and rows overlap the flag's
-  latency). The engine's writes pass the join only once the flag's B response is back
-  (invariant 1: every entry is persistent before any in-place write is issued). When the
+  write has its B response (invariant 2), then writes N's flag ``{N, entries, SET}``. UPDATE(N)
+  goes to the embedding engine as soon as the log's entries are all counted and fit its area
+  (at once, unless the tap is still settling), so the engine validates and reads gradients
+  and rows while the log drains; otherwise (an overflow, refused) it never goes. The engine's
+  writes pass the join only once the flag's B response is back (invariant 1: every entry is
+  persistent before any in-place write is issued). When the
   engine reports UPDATE done and every one of its writes has its B response, the commit
   record ``{c = N}`` is written (invariant 3), and the status goes back once it is persistent.
 * Area N % 2 is next written by LOOKUP(N + 2), which is accepted only after N is committed
@@ -515,6 +517,9 @@ class CheckpointEngine(wiring.Component):
             # (With log-ahead every entry of N was issued before N + 1's log started.)
             seq.log_drained.eq(ahead | log_drained), seq.log_count.eq(open_count),
             seq.log_overflow.eq(open_overflow),
+            # Every entry of the open batch is counted (the tap has settled, or log-ahead closed
+            # it) and within its area: UPDATE may go to the engine while the log drains.
+            seq.log_fits.eq(~open_overflow & (ahead | (tap.settled & (tap.logged <= capacity)))),
             seq.own_outstanding.eq(own_count), seq.engine_outstanding.eq(join.engine_outstanding),
             seq.own_error.eq(join.own_error),
             seq.engine_done.eq(self.engine_done.valid & self.engine_done.ready),

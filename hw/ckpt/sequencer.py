@@ -3,10 +3,13 @@ of the checkpoint engine that the formal proof (:mod:`hw.ckpt.formal`) covers.
 
 1. **Seal**: ask the log writer to write its open group header (``flush``) and wait until
    nothing of the log is left on chip (``log_drained``) and no LOG write is outstanding, i.e.
-   every entry of N is persistent (invariant 2).
+   every entry of N is persistent (invariant 2). If the log's entries are all counted and fit
+   its area (``log_fits``), the seal cannot end in ``LOG_OVERFLOW``: UPDATE(N) is forwarded to
+   the embedding engine at once, so its validation, gradient and row reads overlap the log's
+   last writes (a log still draining after the GPU's time costs no more than its remainder
+   beyond those reads). The engine's writes wait for step 3 all the same.
 2. **Flag**: write N's batch flag ``{N, entries, SET}``; once it is accepted, ask for UPDATE(N)
-   to be forwarded to the embedding engine (its gradient and row reads overlap the flag's
-   write latency).
+   to be forwarded (if it was not already; its reads then overlap the flag's write latency).
 3. **Update**: the engine's writes pass (``write_gate``) only once the flag has its B response
    (invariant 1: every entry is persistent before any in-place write is issued).
 4. **Drain**: after the engine reports done, wait until every one of its writes has its B.
@@ -59,6 +62,10 @@ class UpdateSequencer(wiring.Component):
     log_drained : ``In(1)``
         No log entry or header waits to be issued.
     log_count : ``In(32)``; log_overflow : ``In(1)``
+    log_fits : ``In(1)``
+        Every entry of the log is counted and within its area: ``log_overflow`` stays low
+        until the UPDATE ends (the environment's promise), so UPDATE may be forwarded during
+        the seal.
     own_outstanding : ``In(data.ArrayLayout(count_shape, 4))``
     engine_outstanding : ``In(count_shape)``
         From the join: accepted and not yet answered writes.
@@ -71,7 +78,12 @@ class UpdateSequencer(wiring.Component):
     flush : ``Out(1)``
         Ask the log writer to write its open header.
     forward : ``Out(1)``
-        Strobe: hand UPDATE(N) to the engine now.
+        Strobe: hand UPDATE(N) to the engine now (once per UPDATE).
+    forwarded : ``Out(1)``
+        UPDATE(N) went to the engine (during the seal or with the flag).
+    engine_reported : ``Out(1)``
+        The engine's status for this UPDATE was taken (before the flag, it can only be an
+        error that wrote nothing: the gate is shut until then).
     write_gate : ``Out(1)``
         The engine's writes may pass.
     busy : ``Out(1)``; phase : ``Out(CheckpointPhase)``
@@ -91,6 +103,7 @@ class UpdateSequencer(wiring.Component):
             "log_drained": In(1),
             "log_count": In(32),
             "log_overflow": In(1),
+            "log_fits": In(1),
             "own_outstanding": In(data.ArrayLayout(count_shape, len(OwnWrite))),
             "engine_outstanding": In(count_shape),
             "own_error": In(1),
@@ -101,6 +114,8 @@ class UpdateSequencer(wiring.Component):
                 "kind": OwnWrite}))),
             "flush": Out(1),
             "forward": Out(1),
+            "forwarded": Out(1),
+            "engine_reported": Out(1),
             "write_gate": Out(1),
             "busy": Out(1),
             "phase": Out(CheckpointPhase),
@@ -129,6 +144,8 @@ class UpdateSequencer(wiring.Component):
         entries = Signal(32)
         failed = Signal()
         bus_error = Signal()
+        forwarded = Signal()   # UPDATE(N) went to the engine
+        reported = Signal()    # and its status came back
         outcome = Signal(UpdateOutcome)
         interlock = Signal()
         counts = self.own_outstanding
@@ -147,6 +164,17 @@ class UpdateSequencer(wiring.Component):
         with m.If(self.own_error):
             m.d.sync += bus_error.eq(1)
 
+        def forward_once():
+            with m.If(~forwarded):
+                m.d.comb += self.forward.eq(1)
+                m.d.sync += forwarded.eq(1)
+
+        def take_report():
+            # Before the flag only an error that wrote nothing can come back (the gate is
+            # shut); it is a failed UPDATE all the same, so RECOVER rolls N back.
+            with m.If(self.engine_done):
+                m.d.sync += [reported.eq(1), failed.eq(self.engine_failed)]
+
         def finish(result):
             m.d.sync += outcome.eq(result)
             m.next = "Done"
@@ -156,13 +184,16 @@ class UpdateSequencer(wiring.Component):
                 m.d.comb += self.phase.eq(CheckpointPhase.IDLE)
                 with m.If(self.start):
                     m.d.sync += [batch.eq(self.batch), failed.eq(0), bus_error.eq(0),
-                                 interlock.eq(1)]
+                                 interlock.eq(1), forwarded.eq(0), reported.eq(0)]
                     m.next = "Seal"
             with m.State("Seal"):
                 m.d.comb += [self.busy.eq(1), self.phase.eq(CheckpointPhase.SEAL),
                              self.flush.eq(1)]
+                with m.If(self.log_fits & ~self.log_overflow):
+                    forward_once()
+                take_report()
                 with m.If(self._flag_may_be_written(self.log_drained, log_persistent)):
-                    with m.If(self.log_overflow):
+                    with m.If(self.log_overflow & ~forwarded):
                         m.d.sync += interlock.eq(0)
                         finish(UpdateOutcome.LOG_OVERFLOW)
                     with m.Else():
@@ -176,8 +207,9 @@ class UpdateSequencer(wiring.Component):
                     self.write.payload.data.eq(flag_line),
                     self.write.payload.kind.eq(OwnWrite.FLAG),
                 ]
+                take_report()
                 with m.If(self.write.ready):
-                    m.d.comb += self.forward.eq(1)
+                    forward_once()
                     m.next = "Update"
             with m.State("Update"):
                 open_now = self._engine_writes_open(flag_persistent)
@@ -185,8 +217,8 @@ class UpdateSequencer(wiring.Component):
                              self.write_gate.eq(open_now)]
                 with m.If(open_now):
                     m.d.sync += interlock.eq(0)
-                with m.If(self.engine_done):
-                    m.d.sync += failed.eq(self.engine_failed)
+                take_report()
+                with m.If(self.engine_done | reported):
                     m.next = "Drain"
             with m.State("Drain"):
                 # The engine has reported done (that is what brought us here).
@@ -220,5 +252,6 @@ class UpdateSequencer(wiring.Component):
                 m.d.comb += [self.busy.eq(1), self.phase.eq(CheckpointPhase.REPLY),
                              self.finished.eq(1)]
                 m.next = "Idle"
-        m.d.comb += [self.outcome.eq(outcome), self.interlock.eq(interlock)]
+        m.d.comb += [self.outcome.eq(outcome), self.interlock.eq(interlock),
+                     self.forwarded.eq(forwarded), self.engine_reported.eq(reported)]
         return m

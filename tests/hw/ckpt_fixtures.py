@@ -138,7 +138,8 @@ class EngineScript:
     update_error: bool = False
     lookup_errors: tuple[int, ...] = ()
     commands: list[tuple[Opcode, int]] = field(default_factory=list)
-    events: list[tuple[int, str, int]] = field(default_factory=list)  # (cycle, kind, line)
+    # (cycle, "ar" or "aw", line) per read and write, (cycle, "cmd", opcode) per command.
+    events: list[tuple[int, str, int]] = field(default_factory=list)
 
 
 class _Reset(Exception):
@@ -177,6 +178,7 @@ async def _engine_commands(ctx, ckpt, script):
         ctx.set(ckpt.engine_cmd.ready, 0)
         opcode = cmd.opcode
         script.commands.append((opcode, int(cmd.batch)))
+        script.events.append((cycle, "cmd", opcode.value))
         lines = script.lookup_lines if opcode == Opcode.LOOKUP else script.update_lines
         # Issue every read (up to 8 in flight, IDs round robin), collect the data.
         pending = list(enumerate(lines))

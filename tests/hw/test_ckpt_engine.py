@@ -104,8 +104,90 @@ def test_one_batch_logs_flags_updates_and_commits_in_order():
         assert last(OwnWrite.FLAG.value) < min(in_place)
         engine_bs = [c for c, k in b_responses if k is None]
         assert max(engine_bs) < commit_aw
+        # UPDATE came while the log was still draining, and its log fits: it went to the
+        # engine during the seal, so its reads ran before the flag; its writes waited.
+        update_sent = next(c for c, kind, op in script.events
+                           if kind == "cmd" and op == Opcode.UPDATE.value)
+        update_reads = [c for c, kind, _ in script.events if kind == "ar" and c > update_sent]
+        assert update_sent < flag_aw and len(update_reads) == len(UPDATE_LINES)
+        assert min(update_reads) < flag_aw
 
     simulate_with_monitor(rig, host, monitor, script)
+
+
+def _slow_writes(ctx, memory, den=20):
+    """One write accepted every ``den`` cycles: a LOOKUP's log still drains at its status."""
+    for name, value in (("write_rate_num", 1), ("write_rate_den", den)):
+        ctx.set(getattr(memory, name), value)
+
+
+def test_update_whose_log_overflows_is_refused_and_never_reaches_the_engine():
+    rig = Rig()
+    ckpt, memory = rig.ckpt, rig.memory
+    # 30 distinct table lines: an area holds 28 entries (4 groups of 7).
+    script = EngineScript(lookup_lines=list(range(TABLE_LINE, TABLE_LINE + 30)),
+                          update_lines=UPDATE_LINES)
+
+    async def engine(ctx):
+        await fake_engine(ctx, ckpt, script)
+
+    async def host(ctx):
+        configure(ctx, ckpt)
+        await load_tables(ctx, memory)
+        before = await table_image(ctx, memory)
+        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        _slow_writes(ctx, memory)
+        await command(ctx, ckpt, Opcode.LOOKUP, 0)
+        assert ctx.get(ckpt.log_pending) == 1
+        status = await command(ctx, ckpt, Opcode.UPDATE, 0)
+        assert status.error == ErrorCode.BAD_OPCODE
+        assert ctx.get(ckpt.error) == CheckpointError.LOG_OVERFLOW
+        assert [op for op, _ in script.commands] == [Opcode.LOOKUP]
+        meta = await read_meta(ctx, memory)
+        assert all(meta[flag][1].state != FlagState.SET for flag in ("flag0", "flag1"))
+        assert await table_image(ctx, memory) == before
+
+    simulate(rig, host, processes=[engine])
+
+
+def test_update_failing_at_once_during_the_seal_is_rolled_back():
+    """UPDATE goes to the engine while the log drains; the engine reports an error before
+    writing anything. The flag is still written only after the log, and the batch needs
+    RECOVER, which rolls it back (to the values it already has)."""
+    rig = Rig()
+    ckpt, memory = rig.ckpt, rig.memory
+    script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=[], update_error=True)
+    reported_in = []   # the checkpoint phase when the engine's UPDATE status was taken
+
+    async def engine(ctx):
+        await fake_engine(ctx, ckpt, script)
+
+    async def watch(ctx):
+        async for _, _, valid, ready, status, phase in ctx.tick().sample(
+                ckpt.engine_done.valid, ckpt.engine_done.ready, ckpt.engine_done.payload,
+                ckpt.phase):
+            if valid and ready and status.opcode == Opcode.UPDATE:
+                reported_in.append(phase)
+
+    async def host(ctx):
+        configure(ctx, ckpt)
+        await load_tables(ctx, memory)
+        before = await table_image(ctx, memory)
+        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        _slow_writes(ctx, memory)
+        await command(ctx, ckpt, Opcode.LOOKUP, 0)
+        assert ctx.get(ckpt.log_pending) == 1
+        status = await command(ctx, ckpt, Opcode.UPDATE, 0)
+        assert reported_in == [CheckpointPhase.SEAL]
+        assert status.error == ErrorCode.BUS_ERROR
+        assert ctx.get(ckpt.error) == CheckpointError.UPDATE_FAILED
+        meta = await read_meta(ctx, memory)
+        assert meta["flag0"][0] and meta["flag0"][1].state == FlagState.SET
+        await command(ctx, ckpt, Opcode.RECOVER, 0)
+        assert ctx.get(ckpt.rolled_back) == 1
+        assert await table_image(ctx, memory) == before
+
+    simulate(rig, host, processes=[engine, watch])
 
 
 @pytest.mark.parametrize(("seed", "keep"), [(1, 0), (2, 128), (3, 255)])

@@ -10,7 +10,8 @@ Everything around them is free:
   (``log_pending``), and once it has drained it stays drained until the UPDATE ends (the tap is
   off after LOOKUP);
 * an abstract embedding engine offers any reads and writes at any time and reports done (with
-  or without an error) any time after UPDATE was forwarded to it;
+  or without an error) any time after UPDATE was forwarded to it, which may be during the
+  seal when the log says it fits (``log_fits``, after which it never overflows);
 * an abstract memory answers with any timing and data, but a B or R only for a request of
   the same class (ID) that is outstanding.
 
@@ -34,10 +35,12 @@ in every reachable state, checked like the properties) rule out the unreachable 
   join's register stage); no OTHER write is outstanding; ``updating`` is the sequencer's
   ``busy``;
 * per sequencer phase: outside UPDATE and DRAIN no engine write, flag or commit record is
-  outstanding and nothing is forwarded; from FLAG on the log is drained and has no write
-  outstanding; in UPDATE and DRAIN at most the one flag write is outstanding, it is
-  persistent exactly when none is, and an engine write is outstanding only once it is; the
-  engine is busy (``forwarded``) exactly in UPDATE and has finished in DRAIN and COMMIT; in
+  outstanding, and outside SEAL, FLAG and UPDATE nothing is forwarded; from FLAG on the log is
+  drained and has no write outstanding; in UPDATE and DRAIN at most the one flag write is
+  outstanding, it is persistent exactly when none is, and an engine write is outstanding only
+  once it is; the engine is busy (``forwarded``) or has reported (the sequencer's
+  ``engine_reported``) in SEAL, FLAG and UPDATE, never both, and has finished in DRAIN and
+  COMMIT; in
   COMMIT everything before the commit record is persistent, and the record is not yet
   accepted (Commit) or is the one outstanding write of its kind, persistent exactly when
   none is (CommitWait).
@@ -108,13 +111,16 @@ class OrderingHarness(Elaboratable):
         log_pending = Signal()
         log_w_valid = Signal()
         m.d.comb += [log_pending.eq(AnySeq(1)), log_w_valid.eq(AnySeq(1))]
+        log_overflow = Signal()
+        log_fits = Signal()
+        m.d.comb += [log_overflow.eq(AnySeq(1)), log_fits.eq(AnySeq(1))]
         start = Signal()
         engine_done = Signal()
         m.d.comb += [start.eq(AnySeq(1)), engine_done.eq(AnySeq(1))]
         m.d.comb += [
             seq.start.eq(start), seq.batch.eq(AnySeq(32)), seq.meta_line.eq(AnyConst(aw - 6)),
             seq.log_drained.eq(~log_pending), seq.log_count.eq(AnySeq(32)),
-            seq.log_overflow.eq(AnySeq(1)),
+            seq.log_overflow.eq(log_overflow), seq.log_fits.eq(log_fits),
             seq.own_outstanding.eq(join.own_outstanding),
             seq.engine_outstanding.eq(join.engine_outstanding),
             seq.own_error.eq(join.own_error),
@@ -164,15 +170,19 @@ class OrderingHarness(Elaboratable):
         engine_finished = Signal()
         commit_persisted = Signal()
         drained_seen = Signal()    # the log said "drained" during this UPDATE
+        fits_seen = Signal()       # the log said it fits during this UPDATE
         m.d.comb += [
             Assume(~start | ~seq.busy),
             Assume(~engine_done | forwarded),
             Assume(~log_w_valid | log_pending | seq.write.valid),
             Assume(~(updating & drained_seen & log_pending)),
+            Assume(~(updating & (fits_seen | log_fits) & log_overflow)),
         ]
         with m.If(start):
             m.d.sync += [updating.eq(1), flag_persisted.eq(0), engine_finished.eq(0),
-                         commit_persisted.eq(0), drained_seen.eq(0)]
+                         commit_persisted.eq(0), drained_seen.eq(0), fits_seen.eq(0)]
+        with m.If(updating & log_fits):
+            m.d.sync += fits_seen.eq(1)
         with m.If(seq.finished):
             m.d.sync += updating.eq(0)
         with m.If(updating & ~log_pending):
@@ -205,9 +215,12 @@ class OrderingHarness(Elaboratable):
                 m, join=join, seq=seq, counts=counts, engine_writes=engine_writes,
                 updating=updating, forwarded=forwarded, flag_persisted=flag_persisted,
                 engine_finished=engine_finished, commit_persisted=commit_persisted,
-                drained_seen=drained_seen)
+                drained_seen=drained_seen, fits_seen=fits_seen)
 
+        sealing = seq.phase == CheckpointPhase.SEAL
         m.d.comb += [
+            Cover(seq.forward & sealing),
+            Cover(engine_done & sealing),
             Cover(engine_write & updating),
             Cover(commit_write),
             Cover(seq.finished & (seq.outcome == UpdateOutcome.COMMITTED)),
@@ -215,7 +228,8 @@ class OrderingHarness(Elaboratable):
         return m
 
     def _auxiliary_invariants(self, m, *, join, seq, counts, engine_writes, updating, forwarded,
-                              flag_persisted, engine_finished, commit_persisted, drained_seen):
+                              flag_persisted, engine_finished, commit_persisted, drained_seen,
+                              fits_seen):
         """True in every reachable state; they rule out the unreachable states that an
         induction step could otherwise start from (e.g. an engine write accepted while the flag
         is still outstanding), which makes the properties provable by k-induction, not only
@@ -254,9 +268,14 @@ class OrderingHarness(Elaboratable):
         # Outside UPDATE and DRAIN the gate is shut and no engine write is outstanding; no flag
         # or commit record is outstanding outside their own phases.
         with m.If(idle | sealing | flagging | replying):
-            m.d.comb += Assert(no_engine & no_flag & no_commit & ~forwarded)
+            m.d.comb += Assert(no_engine & no_flag & no_commit)
+        with m.If(idle | replying):
+            m.d.comb += Assert(~forwarded)
         with m.If(sealing | flagging):
-            m.d.comb += Assert(~flag_persisted & ~engine_finished & ~commit_persisted)
+            m.d.comb += Assert(~flag_persisted & ~commit_persisted)
+        # An UPDATE forwarded during the seal was so only once the log fit.
+        with m.If(sealing & seq.forwarded):
+            m.d.comb += Assert(fits_seen)
         # From FLAG on, the log of this UPDATE is drained and persistent (and stays so).
         with m.If(flagging | in_update | draining | committing):
             m.d.comb += Assert(drained_seen & no_log)
@@ -266,10 +285,15 @@ class OrderingHarness(Elaboratable):
             m.d.comb += Assert((outstanding(OwnWrite.FLAG) <= 1) & (flag_persisted == no_flag)
                                & (flag_persisted | no_engine)
                                & no_commit & ~commit_persisted)
+        # Forwarded once: busy until it reports; the sequencer remembers both.
+        with m.If(sealing | flagging | in_update):
+            m.d.comb += Assert(~(forwarded & engine_finished)
+                               & (seq.forwarded == (forwarded | engine_finished))
+                               & (seq.engine_reported == engine_finished))
         with m.If(in_update):
-            m.d.comb += Assert(forwarded & ~engine_finished)
+            m.d.comb += Assert(seq.forwarded)
         with m.If(forwarded):
-            m.d.comb += Assert(in_update)
+            m.d.comb += Assert(sealing | flagging | in_update)
         with m.If(draining):
             m.d.comb += Assert(engine_finished & ~forwarded)
         # COMMIT: everything before it is persistent; the one commit write is not yet accepted
