@@ -105,8 +105,9 @@ comes:
   N + 1's log (the tap's filter answers with no false negative) to that log, with the data
   written: RECOVER restores a log in order, so the later entry wins. When UPDATE(N) commits,
   batch N + 1 opens with its log taken, as after an ``ON_LOOKUP`` LOOKUP: no replay, and
-  LOOKUP(N + 2) may follow at once. Batch N's seal waits for N + 1's LOG writes already
-  issued too (the count of LOG writes in flight is not per batch).
+  LOOKUP(N + 2) may follow at once. Batch N's seal waits only for the LOG writes issued
+  before its log closed (B responses of one ID come in order), not for N + 1's, which may
+  still drain from the tap's buffer while UPDATE(N) runs.
 * otherwise, or if the tap was cut by a GPF or the log overflowed: LOOKUP(N + 1)'s reads are
   not logged. When UPDATE(N) commits, batch N + 1 opens as if its LOOKUP had just run in
   ``AFTER_LOOKUP`` mode: the background replay of LOOKUP(N + 1), now on the updated tables,
@@ -505,6 +506,17 @@ class CheckpointEngine(wiring.Component):
 
         own_count = join.own_outstanding
         other_persistent = own_count[OwnWrite.OTHER.value] == 0
+        # With log-ahead, batch N's LOG writes were all issued when its log closed; those
+        # still unanswered then are the first LOG B responses to come (one ID, in order), so
+        # N's seal need not wait for batch N + 1's, which keep draining meanwhile.
+        closed_log_writes = Signal.like(own_count[OwnWrite.LOG.value])
+        log_completed = join.own_completed[OwnWrite.LOG.value]
+        with m.If(log_completed & (closed_log_writes != 0)):
+            m.d.sync += closed_log_writes.eq(closed_log_writes - 1)
+        seal_counts = Signal.like(own_count)
+        m.d.comb += seal_counts.eq(own_count)
+        with m.If(ahead):
+            m.d.comb += seal_counts[OwnWrite.LOG.value].eq(closed_log_writes)
         log_drained = entries_empty & log.sealed
         open_count = Mux(ahead, held_count, log.count)       # the open batch's (log_batch)
         open_overflow = Mux(ahead, held_overflow, log.overflow | log_cut)
@@ -520,7 +532,8 @@ class CheckpointEngine(wiring.Component):
             # Every entry of the open batch is counted (the tap has settled, or log-ahead closed
             # it) and within its area: UPDATE may go to the engine while the log drains.
             seq.log_fits.eq(~open_overflow & (ahead | (tap.settled & (tap.logged <= capacity)))),
-            seq.own_outstanding.eq(own_count), seq.engine_outstanding.eq(join.engine_outstanding),
+            seq.own_outstanding.eq(seal_counts),
+            seq.engine_outstanding.eq(join.engine_outstanding),
             seq.own_error.eq(join.own_error),
             seq.engine_done.eq(self.engine_done.valid & self.engine_done.ready),
             seq.engine_failed.eq(self.engine_done.payload.error != ErrorCode.NONE),
@@ -801,7 +814,9 @@ class CheckpointEngine(wiring.Component):
                     m.d.sync += [ahead.eq(1), ahead_cut.eq(0)]
                     with m.If(~ahead):   # (else a failed deferred LOOKUP is being sent again)
                         m.d.sync += [held_count.eq(log.count),
-                                     held_overflow.eq(log.overflow | log_cut)]
+                                     held_overflow.eq(log.overflow | log_cut),
+                                     closed_log_writes.eq(own_count[OwnWrite.LOG.value]
+                                                          - log_completed)]
                     m.next = "AheadExtents"
             with m.State("AheadExtents"):
                 forward_once_tap_is_ready(CheckpointPhase.LOOKUP, "DeferredRun")

@@ -68,6 +68,9 @@ class AxiJoin(wiring.Component):
         An own single-beat full-line write.
     own_outstanding : ``Out(data.ArrayLayout(unsigned(...), 4))``
         Own writes of each kind accepted on ``own_w`` and not yet answered on B.
+    own_completed : ``Out(4)``
+        Strobe, bit ``kind``: an own write of that kind got its B response (in the order the
+        writes were accepted: one ID per kind).
     engine_outstanding : ``Out(unsigned(...))``
         Engine writes accepted and not yet answered.
     engine_read_open, engine_write_open : ``In(1)``
@@ -101,6 +104,7 @@ class AxiJoin(wiring.Component):
             "own_w": In(stream.Signature(data.StructLayout({
                 "line": addr_width - 6, "data": LINE_BITS, "kind": OwnWrite}))),
             "own_outstanding": Out(data.ArrayLayout(count, len(OwnWrite))),
+            "own_completed": Out(len(OwnWrite)),
             "engine_outstanding": Out(count),
             "engine_read_open": In(1),
             "engine_write_open": In(1),
@@ -241,6 +245,7 @@ class AxiJoin(wiring.Component):
         for kind in OwnWrite:
             issued = own_taken & (own_kind == kind)
             completed = own_done & (own_b_kind == kind.value)
+            m.d.comb += self.own_completed[kind.value].eq(completed)
             m.d.sync += own_count[kind.value].eq(own_count[kind.value] + issued - completed)
         m.d.sync += engine_count.eq(engine_count + engine_taken - engine_done)
 

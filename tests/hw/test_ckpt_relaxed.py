@@ -6,6 +6,9 @@ to its lines); in the other modes it is not logged, and when UPDATE(N) commits a
 replay of its LOOKUP logs the rows as UPDATE(N) left them."""
 
 from ckpt_fixtures import (
+    ID_WIDTH,
+    LOG_LINE,
+    LOG_LINES,
     LOGGED,
     LOOKUP_LINES,
     TABLE1_LINE,
@@ -24,7 +27,8 @@ from ckpt_fixtures import (
     table_image,
 )
 
-from hw.ckpt.layouts import CheckpointError, CheckpointPhase, LogMode
+from hw.ckpt.join import own_id_base
+from hw.ckpt.layouts import CheckpointError, CheckpointPhase, LogMode, OwnWrite
 from hw.emb.layouts import ErrorCode, Opcode
 
 
@@ -163,6 +167,58 @@ def test_relaxed_lookup_is_logged_ahead_and_rolls_back_to_the_update_before_it()
                              (Opcode.UPDATE, 0, 0), (Opcode.UPDATE, 1, 0)]
 
     simulate_with_monitor(rig, host, _relaxed_monitor(ckpt, forwarded), script)
+
+
+def test_update_before_a_log_ahead_seals_without_waiting_for_the_next_batchs_log():
+    """With log-ahead, UPDATE(0)'s seal waits for the LOG writes of batch 0 (issued before its
+    log closed) and no others: its flag is written while batch 1's log, taken by LOOKUP(1),
+    still drains from the tap's buffer on a slow memory."""
+    rig, script = _rig_and_script()
+    ckpt, memory = rig.ckpt, rig.memory
+    fresh = [TABLE_LINE + k for k in range(8, 28)]    # read by batch 1 only: 20 entries
+    writes = []      # (cycle, kind or None, line) at the memory's AW
+    responses = []   # (cycle, kind or None) at its B
+    base = own_id_base(ID_WIDTH)
+
+    async def monitor(ctx):
+        cycle = 0
+        async for _, _, awv, awr, awid, awaddr, bv, br, bid in ctx.tick().sample(
+                ckpt.axi.awvalid, ckpt.axi.awready, ckpt.axi.awid, ckpt.axi.awaddr,
+                ckpt.axi.bvalid, ckpt.axi.bready, ckpt.axi.bid):
+            cycle += 1
+            if awv and awr:
+                writes.append((cycle, awid - base if awid >= base else None, awaddr // 64))
+            if bv and br:
+                responses.append((cycle, bid - base if bid >= base else None))
+
+    async def host(ctx):
+        await open_device(ctx, ckpt, memory, LogMode.ON_LOOKUP)
+        ctx.set(ckpt.relaxed, 1)
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
+        for name, value in (("write_rate_num", 1), ("write_rate_den", 20)):
+            ctx.set(getattr(memory, name), value)
+        script.lookup_lines = LOOKUP_LINES + fresh
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 1)).error == ErrorCode.NONE
+        assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.last_committed) == 0
+        await ctx.tick().repeat(2000)   # (batch 1's open group keeps its header until a seal)
+        assert ctx.get(ckpt.log_entries) == len(fresh) + len(UPDATE_LINES)
+
+        # LOG B responses come in order: the k-th answers the k-th LOG write.
+        log_writes = [(c, line) for c, kind, line in writes if kind == OwnWrite.LOG.value]
+        log_answers = [c for c, kind in responses if kind == OwnWrite.LOG.value]
+        assert len(log_answers) == len(log_writes)
+        area_1 = LOG_LINE + LOG_LINES // 2
+        flag_aw = next(c for c, kind, _ in writes if kind == OwnWrite.FLAG.value)
+        batch_0 = [b for (_, line), b in zip(log_writes, log_answers, strict=True)
+                   if line < area_1]
+        batch_1 = [c for c, line in log_writes if line >= area_1]
+        assert len(batch_0) == len(LOGGED) + 1            # entries + header
+        assert max(batch_0) < flag_aw
+        # Batch 1's log was still being written after batch 0's flag.
+        assert sum(1 for c in batch_1 if c > flag_aw) >= len(fresh) // 2
+
+    simulate_with_monitor(rig, host, monitor, script)
 
 
 def test_a_failed_update_ends_the_deferral_and_recover_forgets_it():
