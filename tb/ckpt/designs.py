@@ -54,14 +54,18 @@ SYSTEM_4CH = Design("ckpt_system_4ch", "tb.ckpt.harness:CheckpointSystem", {
 #: on the first bag's queue while that bag's chain ran an adder latency per addition, so the
 #: contexts seldom worked at once. The apply's ``new - old`` has adder lanes of its own
 #: (``delta_lanes``): on the shared adder the apply took a row line every other cycle whenever a
-#: relaxed lookup waited (the README's trainingcxl table has what each of these cost).
+#: relaxed lookup waited (the README's trainingcxl table has what each of these cost). The
+#: undo log's entry buffer holds 4,096 lines (256 KiB, as the write buffer): a lookup logs a
+#: line per row line it reads (8,700 per rm2_sim batch) while four PMEM channels write 0.4
+#: lines a cycle, so with 64 ``ON_LOOKUP`` held the lookup at the log's pace; now the lookup
+#: runs at its own and the log's last 3,000 or so lines drain during the GPU's time.
 PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
     "max_tables": 32, "max_dim": 64, "num_regions": 2, "addr_width": 32, "id_width": 7,
     "outstanding_reads": 64, "index_buffer_depth": 8192, "offset_buffer_depth": 256,
     "output_buffer_depth": 32, "bag_slots": 8, "max_unique_rows": 1024,
     "update_outstanding_reads": 64, "update_write_buffer": 4096, "correction_contexts": 8,
     "correction_queue_depth": 128, "delta_lanes": True,
-    "memory_lines": 1 << 19, "pending_beats": 64, "log_buffer_depth": 64,
+    "memory_lines": 1 << 19, "pending_beats": 64, "log_buffer_depth": 4096,
     "dedup_entries": 16384, "channels": 4, "reorder_depth": 128,
     "host_link": {"desc_depth": 4096, "buffer_lines": 16384},
 })
