@@ -18,6 +18,10 @@ CXL.mem link), so every mode sees the same memory:
   same batches: the first rate is the baseline of every ratio, and ``host_rate_sweep`` (with
   ``speedup_vs_host_rate.png``) gives each mode's speedup against each host;
 * ``nmp``: near-memory lookup and update, no checkpointing;
+* ``nmp_relaxed``: ``nmp`` with relaxed lookup (LOOKUP(N + 1) during the GPU's time, corrected
+  by UPDATE(N)), no checkpointing: the baseline that isolates the checkpoint's own cost in the
+  relaxed modes from the relaxed lookup's (which can cost more than it saves when the GPU's
+  time does not cover the lookup);
 * ``nmp_sync_log``: the checkpoint engine with ``CKPT_CONTROL.log_mode`` AT_UPDATE: LOOKUP
   logs nothing; UPDATE first replays the lookup's row reads into the undo log (reading the old
   values then), seals it, writes the flag and only then updates in place (no overlap with the
@@ -49,7 +53,8 @@ list) before that. MLP snapshot writes happen after the batch window and are rep
 
 Derived ratios: speedup_vs_host_gather = host_gather / mode cycles (paper: 5.2x);
 ft_overhead = logging mode / nmp - 1 for each logging mode (the paper's trainingcxl / nmp;
-CPR 0.53-0.68%);
+CPR 0.53-0.68%); for the relaxed logging modes also ft_overhead_same_lookup = mode /
+nmp_relaxed - 1 (the checkpoint's cost with the lookup policy held the same);
 recovery_speedup = full checkpoint reload cycles (every table line read and written back
 through the host link, measured) / RECOVER cycles after a power failure in an UPDATE (ECRM
 10.3x). Also link bytes per batch per mode and the simulation speed, and, unless
@@ -74,8 +79,8 @@ from sim.rtl import BUILD_ROOT
 __all__ = ["MODES", "RELAXED_MODES", "SIM_PRESETS", "host_rates", "main", "summarise",
            "write_report"]
 
-MODES = ("host_gather", "nmp", "nmp_sync_log", "nmp_log_on_lookup", "nmp_log_after_lookup",
-         "nmp_log_lookup_replay", "trainingcxl", "trainingcxl_replay")
+MODES = ("host_gather", "nmp", "nmp_relaxed", "nmp_sync_log", "nmp_log_on_lookup",
+         "nmp_log_after_lookup", "nmp_log_lookup_replay", "trainingcxl", "trainingcxl_replay")
 #: The measured modes with the checkpoint engine on, and their ``CKPT_CONTROL.log_mode``.
 LOGGING_MODES = {"nmp_sync_log": "AT_UPDATE", "nmp_log_on_lookup": "ON_LOOKUP",
                  "nmp_log_after_lookup": "AFTER_LOOKUP",
@@ -83,11 +88,13 @@ LOGGING_MODES = {"nmp_sync_log": "AT_UPDATE", "nmp_log_on_lookup": "ON_LOOKUP",
                  "trainingcxl": "ON_LOOKUP", "trainingcxl_replay": "LOOKUP_THEN_REPLAY"}
 #: The modes whose host runs relaxed lookup (``CONTROL.relaxed_lookup``): LOOKUP(N + 1) during
 #: the GPU's time for batch N, corrected by UPDATE(N), and logged ahead.
-RELAXED_MODES = ("trainingcxl", "trainingcxl_replay")
+RELAXED_MODES = ("nmp_relaxed", "trainingcxl", "trainingcxl_replay")
 MODE_DESCRIPTIONS = {
     "host_gather": "host reads rows over CXL.mem, pools/updates on the host, checkpoints by "
                    "copying touched rows before the write-back",
     "nmp": "near-memory lookup and update, no checkpointing",
+    "nmp_relaxed": "near-memory, relaxed lookup (LOOKUP(N + 1) during the GPU's time, "
+                   "corrected by UPDATE(N)), no checkpointing",
     "nmp_sync_log": "near-memory, undo log taken synchronously at UPDATE (old rows read "
                     "again, logged, flagged, then updated), relaxed MLP snapshots",
     "nmp_log_on_lookup": "near-memory, undo log written during the lookup, relaxed MLP "
@@ -243,6 +250,13 @@ def summarise(raws: dict, params: dict, lookup: dict | None = None,
                 ratios[f"ft_overhead_steady_{mode}"] = logged_steady / nmp_steady - 1
             if hg and logged:
                 ratios[f"speedup_{mode}_vs_host_gather"] = hg / logged
+            if mode in RELAXED_MODES:
+                for kind, key in (("ft_overhead_same_lookup", "cycles_per_batch"),
+                                  ("ft_overhead_same_lookup_steady",
+                                   "steady_cycles_per_batch")):
+                    base, cycles = modes["nmp_relaxed"].get(key), modes[mode].get(key)
+                    if base and cycles:
+                        ratios[f"{kind}_{mode}"] = cycles / base - 1
         if hg and nmp:
             ratios["speedup_nmp_vs_host_gather"] = hg / nmp
         recovery = raw.get("recovery")
@@ -323,7 +337,9 @@ def write_markdown(results: dict) -> str:
         r = entry["ratios"]
         lines += ["", "- ft_overhead (mode / nmp - 1): " + _overheads(r, "ft_overhead", "; "),
                   "- steady ft_overhead (the batches between the first and the last): " +
-                  _overheads(r, "ft_overhead_steady", "; ")]
+                  _overheads(r, "ft_overhead_steady", "; "),
+                  "- ft_overhead with the same lookup (relaxed mode / nmp_relaxed - 1; "
+                  "steady): " + _same_lookup_overheads(r, "; ")]
         if entry.get("recovery"):
             rec = entry["recovery"]
             lines.append(f"- recovery: RECOVER {rec['recovery_cycles']} cycles "
@@ -497,6 +513,14 @@ def _overheads(ratios: dict, kind: str, separator: str) -> str:
                           for mode in LOGGING_MODES)
 
 
+def _same_lookup_overheads(ratios: dict, separator: str) -> str:
+    """``mode x.xx% (steady y.yy%)`` for each relaxed logging mode against nmp_relaxed."""
+    return separator.join(
+        f"{mode} {_fmt(ratios.get(f'ft_overhead_same_lookup_{mode}'), '.2%')} (steady "
+        f"{_fmt(ratios.get(f'ft_overhead_same_lookup_steady_{mode}'), '.2%')})"
+        for mode in RELAXED_MODES if mode in LOGGING_MODES)
+
+
 def print_summary(results: dict):
     for name, entry in results["presets"].items():
         print(f"{name}:")
@@ -512,6 +536,8 @@ def print_summary(results: dict):
         print("  ft_overhead (mode / nmp - 1): " + _overheads(r, "ft_overhead", ", "))
         print("  steady ft_overhead (batches between the first and the last): "
               + _overheads(r, "ft_overhead_steady", ", "))
+        print("  ft_overhead with the same lookup (mode / nmp_relaxed - 1): "
+              + _same_lookup_overheads(r, ", "))
         if r.get("recovery_speedup") is not None:
             print(f"  recovery speedup vs full reload: {r['recovery_speedup']:.1f}x")
         print(f"  simulation: {entry['simulation']['cycles_per_second']} cycles/s")
