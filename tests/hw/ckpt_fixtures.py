@@ -11,6 +11,7 @@ from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from hw.ckpt.engine import CheckpointEngine
+from hw.ckpt.join import own_id_base
 from hw.ckpt.layouts import (
     COMMIT_LAYOUT,
     FLAG_LAYOUT,
@@ -333,6 +334,32 @@ def simulate_with_monitor(rig, host, monitor, script):
         await monitor(ctx)
 
     simulate(rig, host, processes=[engine, watch])
+
+
+def write_monitor(ckpt, writes, responses):
+    """A monitor (for ``simulate_with_monitor``) of the memory-side write channels: appends
+    ``(cycle, kind, line)`` to ``writes`` at each AW handshake and ``(cycle, kind)`` to
+    ``responses`` at each B, ``kind`` being the OwnWrite value of an own write, else None."""
+    base = own_id_base(ID_WIDTH)
+
+    async def monitor(ctx):
+        cycle = 0
+        async for _, _, awv, awr, awid, awaddr, bv, br, bid in ctx.tick().sample(
+                ckpt.axi.awvalid, ckpt.axi.awready, ckpt.axi.awid, ckpt.axi.awaddr,
+                ckpt.axi.bvalid, ckpt.axi.bready, ckpt.axi.bid):
+            cycle += 1
+            if awv and awr:
+                writes.append((cycle, awid - base if awid >= base else None, awaddr // 64))
+            if bv and br:
+                responses.append((cycle, bid - base if bid >= base else None))
+
+    return monitor
+
+
+def slow_writes(ctx, memory, den=20):
+    """One write accepted every ``den`` cycles: a LOOKUP's log still drains at its status."""
+    for name, value in (("write_rate_num", 1), ("write_rate_den", den)):
+        ctx.set(getattr(memory, name), value)
 
 
 def lookups_and_updates(script):

@@ -20,11 +20,15 @@ from ckpt_fixtures import (
     configure,
     fake_engine,
     load_tables,
+    open_device,
     power_cycle,
     read_meta,
     simulate,
+    simulate_script,
     simulate_with_monitor,
+    slow_writes,
     table_image,
+    write_monitor,
 )
 
 from hw.ckpt.engine import CheckpointEngine
@@ -33,6 +37,7 @@ from hw.ckpt.layouts import (
     CheckpointError,
     CheckpointPhase,
     FlagState,
+    LogMode,
     OwnWrite,
 )
 from hw.emb.layouts import ErrorCode, Opcode
@@ -58,17 +63,7 @@ def test_one_batch_logs_flags_updates_and_commits_in_order():
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=UPDATE_LINES)
     own_writes = []   # (cycle, kind, line) at the memory-side AW handshake
     b_responses = []  # (cycle, kind)
-
-    async def monitor(ctx):
-        cycle = 0
-        async for _, _, awv, awr, awid, awaddr, bv, br, bid in ctx.tick().sample(
-                ckpt.axi.awvalid, ckpt.axi.awready, ckpt.axi.awid, ckpt.axi.awaddr,
-                ckpt.axi.bvalid, ckpt.axi.bready, ckpt.axi.bid):
-            cycle += 1
-            if awv and awr:
-                own_writes.append((cycle, awid - 12 if awid >= 12 else None, awaddr // 64))
-            if bv and br:
-                b_responses.append((cycle, bid - 12 if bid >= 12 else None))
+    monitor = write_monitor(ckpt, own_writes, b_responses)
 
     async def host(ctx):
         configure(ctx, ckpt)
@@ -115,10 +110,14 @@ def test_one_batch_logs_flags_updates_and_commits_in_order():
     simulate_with_monitor(rig, host, monitor, script)
 
 
-def _slow_writes(ctx, memory, den=20):
-    """One write accepted every ``den`` cycles: a LOOKUP's log still drains at its status."""
-    for name, value in (("write_rate_num", 1), ("write_rate_den", den)):
-        ctx.set(getattr(memory, name), value)
+async def _update_while_the_log_drains(ctx, ckpt, memory):
+    """RECOVER, LOOKUP(0) on a slow memory, then UPDATE(0) at once: the tables' image before
+    and UPDATE's status."""
+    before, _ = await open_device(ctx, ckpt, memory, LogMode.ON_LOOKUP)
+    slow_writes(ctx, memory)
+    await command(ctx, ckpt, Opcode.LOOKUP, 0)
+    assert ctx.get(ckpt.log_pending) == 1
+    return before, await command(ctx, ckpt, Opcode.UPDATE, 0)
 
 
 def test_update_whose_log_overflows_is_refused_and_never_reaches_the_engine():
@@ -128,18 +127,8 @@ def test_update_whose_log_overflows_is_refused_and_never_reaches_the_engine():
     script = EngineScript(lookup_lines=list(range(TABLE_LINE, TABLE_LINE + 30)),
                           update_lines=UPDATE_LINES)
 
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
-
     async def host(ctx):
-        configure(ctx, ckpt)
-        await load_tables(ctx, memory)
-        before = await table_image(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
-        _slow_writes(ctx, memory)
-        await command(ctx, ckpt, Opcode.LOOKUP, 0)
-        assert ctx.get(ckpt.log_pending) == 1
-        status = await command(ctx, ckpt, Opcode.UPDATE, 0)
+        before, status = await _update_while_the_log_drains(ctx, ckpt, memory)
         assert status.error == ErrorCode.BAD_OPCODE
         assert ctx.get(ckpt.error) == CheckpointError.LOG_OVERFLOW
         assert [op for op, _ in script.commands] == [Opcode.LOOKUP]
@@ -147,7 +136,7 @@ def test_update_whose_log_overflows_is_refused_and_never_reaches_the_engine():
         assert all(meta[flag][1].state != FlagState.SET for flag in ("flag0", "flag1"))
         assert await table_image(ctx, memory) == before
 
-    simulate(rig, host, processes=[engine])
+    simulate_script(rig, script, host)
 
 
 def test_update_failing_at_once_during_the_seal_is_rolled_back():
@@ -159,9 +148,6 @@ def test_update_failing_at_once_during_the_seal_is_rolled_back():
     script = EngineScript(lookup_lines=LOOKUP_LINES, update_lines=[], update_error=True)
     reported_in = []   # the checkpoint phase when the engine's UPDATE status was taken
 
-    async def engine(ctx):
-        await fake_engine(ctx, ckpt, script)
-
     async def watch(ctx):
         async for _, _, valid, ready, status, phase in ctx.tick().sample(
                 ckpt.engine_done.valid, ckpt.engine_done.ready, ckpt.engine_done.payload,
@@ -170,14 +156,7 @@ def test_update_failing_at_once_during_the_seal_is_rolled_back():
                 reported_in.append(phase)
 
     async def host(ctx):
-        configure(ctx, ckpt)
-        await load_tables(ctx, memory)
-        before = await table_image(ctx, memory)
-        await command(ctx, ckpt, Opcode.RECOVER, 0)
-        _slow_writes(ctx, memory)
-        await command(ctx, ckpt, Opcode.LOOKUP, 0)
-        assert ctx.get(ckpt.log_pending) == 1
-        status = await command(ctx, ckpt, Opcode.UPDATE, 0)
+        before, status = await _update_while_the_log_drains(ctx, ckpt, memory)
         assert reported_in == [CheckpointPhase.SEAL]
         assert status.error == ErrorCode.BUS_ERROR
         assert ctx.get(ckpt.error) == CheckpointError.UPDATE_FAILED
@@ -187,7 +166,7 @@ def test_update_failing_at_once_during_the_seal_is_rolled_back():
         assert ctx.get(ckpt.rolled_back) == 1
         assert await table_image(ctx, memory) == before
 
-    simulate(rig, host, processes=[engine, watch])
+    simulate_with_monitor(rig, host, watch, script)
 
 
 @pytest.mark.parametrize(("seed", "keep"), [(1, 0), (2, 128), (3, 255)])
@@ -357,9 +336,7 @@ def test_gpf_drains_the_log_and_cuts_the_batch():
 
     async def host(ctx):
         configure(ctx, ckpt)
-        # A slow memory, so the log is still draining when GPF comes.
-        for name, value in (("write_rate_num", 1), ("write_rate_den", 20)):
-            ctx.set(getattr(memory, name), value)
+        slow_writes(ctx, memory)   # so the log is still draining when GPF comes
         await command(ctx, ckpt, Opcode.RECOVER, 0)
         await command(ctx, ckpt, Opcode.LOOKUP, 0)
         assert ctx.get(ckpt.log_pending) == 1

@@ -25,6 +25,7 @@ from ckpt_fixtures import (
     read_meta,
     simulate_script,
     simulate_with_monitor,
+    slow_writes,
     table_image,
 )
 
@@ -464,8 +465,7 @@ def test_lookup_then_replay_logs_what_fits_and_replays_the_rest():
                           update_lines=MANY_LINES)
 
     async def host(ctx):
-        ctx.set(memory.write_rate_num, 1)   # one write per 20 cycles: the tap buffer fills
-        ctx.set(memory.write_rate_den, 20)
+        slow_writes(ctx, memory)   # one write per 20 cycles: the tap buffer fills
         before, _ = await open_device(ctx, ckpt, memory, LogMode.LOOKUP_THEN_REPLAY)
         status = await command(ctx, ckpt, Opcode.LOOKUP, 0)
         assert status.error == ErrorCode.NONE

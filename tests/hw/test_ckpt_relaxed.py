@@ -6,7 +6,6 @@ to its lines); in the other modes it is not logged, and when UPDATE(N) commits a
 replay of its LOOKUP logs the rows as UPDATE(N) left them."""
 
 from ckpt_fixtures import (
-    ID_WIDTH,
     LOG_LINE,
     LOG_LINES,
     LOGGED,
@@ -24,10 +23,11 @@ from ckpt_fixtures import (
     read_group,
     read_meta,
     simulate_with_monitor,
+    slow_writes,
     table_image,
+    write_monitor,
 )
 
-from hw.ckpt.join import own_id_base
 from hw.ckpt.layouts import CheckpointError, CheckpointPhase, LogMode, OwnWrite
 from hw.emb.layouts import ErrorCode, Opcode
 
@@ -178,25 +178,12 @@ def test_update_before_a_log_ahead_seals_without_waiting_for_the_next_batchs_log
     fresh = [TABLE_LINE + k for k in range(8, 28)]    # read by batch 1 only: 20 entries
     writes = []      # (cycle, kind or None, line) at the memory's AW
     responses = []   # (cycle, kind or None) at its B
-    base = own_id_base(ID_WIDTH)
-
-    async def monitor(ctx):
-        cycle = 0
-        async for _, _, awv, awr, awid, awaddr, bv, br, bid in ctx.tick().sample(
-                ckpt.axi.awvalid, ckpt.axi.awready, ckpt.axi.awid, ckpt.axi.awaddr,
-                ckpt.axi.bvalid, ckpt.axi.bready, ckpt.axi.bid):
-            cycle += 1
-            if awv and awr:
-                writes.append((cycle, awid - base if awid >= base else None, awaddr // 64))
-            if bv and br:
-                responses.append((cycle, bid - base if bid >= base else None))
 
     async def host(ctx):
         await open_device(ctx, ckpt, memory, LogMode.ON_LOOKUP)
         ctx.set(ckpt.relaxed, 1)
         assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
-        for name, value in (("write_rate_num", 1), ("write_rate_den", 20)):
-            ctx.set(getattr(memory, name), value)
+        slow_writes(ctx, memory)
         script.lookup_lines = LOOKUP_LINES + fresh
         assert (await command(ctx, ckpt, Opcode.LOOKUP, 1)).error == ErrorCode.NONE
         assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.NONE
@@ -218,7 +205,7 @@ def test_update_before_a_log_ahead_seals_without_waiting_for_the_next_batchs_log
         # Batch 1's log was still being written after batch 0's flag.
         assert sum(1 for c in batch_1 if c > flag_aw) >= len(fresh) // 2
 
-    simulate_with_monitor(rig, host, monitor, script)
+    simulate_with_monitor(rig, host, write_monitor(ckpt, writes, responses), script)
 
 
 def test_a_failed_update_ends_the_deferral_and_recover_forgets_it():
