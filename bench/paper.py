@@ -87,7 +87,8 @@ LOGGING_MODES = {"nmp_sync_log": "AT_UPDATE", "nmp_log_on_lookup": "ON_LOOKUP",
                  "nmp_log_lookup_replay": "LOOKUP_THEN_REPLAY",
                  "trainingcxl": "ON_LOOKUP", "trainingcxl_replay": "LOOKUP_THEN_REPLAY"}
 #: The modes whose host runs relaxed lookup (``CONTROL.relaxed_lookup``): LOOKUP(N + 1) during
-#: the GPU's time for batch N, corrected by UPDATE(N), and logged ahead.
+#: the GPU's time for batch N, corrected by UPDATE(N) (and, with the checkpoint, logged ahead
+#: or replayed as the mode's ``log_mode`` says).
 RELAXED_MODES = ("nmp_relaxed", "trainingcxl", "trainingcxl_replay")
 MODE_DESCRIPTIONS = {
     "host_gather": "host reads rows over CXL.mem, pools/updates on the host, checkpoints by "
