@@ -32,9 +32,13 @@ row is written (by a second walker, alongside the command's own validation and f
 accumulation, which write nothing). After each chunk's apply (which keeps
 ``new - old`` per line in the gradient buffer) the CAM keeps the chunk's rows while
 :class:`~.update_correct.CorrectionSequencer` walks batch N+1 and adds the deltas of the rows
-both touch to its pooled output, chunk by chunk as ``sw_model.relaxed`` defines it; after the
-last chunk it also scales the MEAN bags. Between chunks the first ``correction_bags`` bags it
-corrected stay on chip, so each is read from and written to memory once per UPDATE.
+both touch to its pooled output, chunk by chunk as ``sw_model.relaxed`` defines it, and
+scales a MEAN bag once its last correction is in. The walk is TBE-ordered, so chunk ``k``
+holds rows of its tables only: its pass walks batch N+1's tables from the first one not yet
+finished to the one where the chunk ended (which may get more corrections from the next
+chunk, so up to ``correction_bags`` of its bags stay on chip). Each bag is read from and
+written to memory once per UPDATE, and the passes together walk batch N+1 about once, not
+once per chunk.
 
 Bus errors (``rresp``/``bresp`` not OKAY) stop all new reads, drop the row writes not yet
 offered and end the command with ``BUS_ERROR`` after the bus is quiet; rows already written
@@ -43,7 +47,7 @@ in order; ``id_width`` only sizes the port). Gradient, index, offset and weight 
 not overlap the tables (they are read while rows are written).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Shape, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Shape, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -96,6 +100,13 @@ def _check_stages(value, unit, name):
     return unit.DEFAULT_STAGES if value is None else value
 
 
+def walk_span_layout() -> data.StructLayout:
+    """The tables a correction pass walks: ``first_table .. end_table - 1``, the first one's
+    index position and gradient column, and the index position where the last one ends."""
+    return data.StructLayout({"first_table": 8, "first_position": 32, "first_column": 16,
+                              "end_table": 8, "end_position": 32})
+
+
 class UpdateEngine(wiring.Component):
     """Sparse SGD engine for UPDATE commands (module docstring for the algorithm).
 
@@ -128,8 +139,9 @@ class UpdateEngine(wiring.Component):
         device that always runs strict lookups (the board self-test) need not carry.
     correction_bags : int or None
         Bags of a deferred lookup kept on chip between the correction passes of a chunked
-        UPDATE, 0..4096 (``max_dim / 16`` lines each); bags beyond go through memory after
-        every chunk. ``None``: 64 with ``relaxed_lookup``, 0 without (which allows only 0).
+        UPDATE, 0..4096 (``max_dim / 16`` lines each): those of the table where a chunk ends
+        (a batch's bags per table is enough); bags beyond go through memory. ``None``: 64
+        with ``relaxed_lookup``, 0 without (which allows only 0).
     correction_contexts : int or None
         Bags whose corrections interleave on the adder, 1..``max_unique_rows``
         (:class:`~hw.emb.update_datapath.UpdateDatapath`): one bag's additions are a chain a
@@ -456,23 +468,54 @@ class UpdateEngine(wiring.Component):
             datapath.lr.eq(self.lr),
         ]
 
-        def walk_of(readers, walker, command, row_lines, use_weights, prefix=""):
+        def walk_of(readers, walker, command, row_lines, use_weights, prefix="", span=None):
             """Word streams (offsets, indices, weights) of ``command`` into ``walker``, through
-            the router's ``{prefix}{name}`` sources; returns ``start(mode)``."""
+            the router's ``{prefix}{name}`` sources; returns ``start(mode)``. With ``span``
+            (a :func:`walk_span_layout` signal), an UPDATE walk covers only its tables."""
             for name, reader in readers.items():
                 wiring.connect(m, reader.request, getattr(router, f"{prefix}{name}_request"))
                 wiring.connect(m, getattr(router, f"{prefix}{name}_response"), reader.lines)
                 wiring.connect(m, reader.o, getattr(walker, name))
+            # Where the walk starts and ends: entry, index position, tables, gradient column.
+            first_entry = Signal(24)
+            first_position = Signal(32)
+            end_table = Signal(8)
+            end_position = Signal(32)
+            first_table = Signal(8)
+            first_column = Signal(16)
+            spanned = Signal()  # set by ``start`` for a walk of ``span``
             m.d.comb += [
-                readers["offsets"].base.eq(command.offsets >> 6),
-                readers["offsets"].words.eq(command.tables * command.bags + 1),
-                readers["indices"].base.eq(command.indices >> 6),
-                readers["indices"].words.eq(command.num_indices),
-                readers["weights"].base.eq(command.weights >> 6),
-                readers["weights"].words.eq(command.num_indices),
+                first_entry.eq(first_table * command.bags),
+                end_table.eq(command.tables),
+                end_position.eq(command.num_indices),
+            ]
+            if span is not None:
+                with m.If(spanned):
+                    m.d.comb += [
+                        first_table.eq(span.first_table),
+                        first_position.eq(span.first_position),
+                        first_column.eq(span.first_column),
+                        end_table.eq(span.end_table),
+                        end_position.eq(span.end_position),
+                    ]
+
+            def read(reader, array, first_word, words):
+                m.d.comb += [reader.base.eq((array >> 6) + (first_word >> 4)),
+                             reader.first.eq(first_word[:4]), reader.words.eq(words)]
+
+            read(readers["offsets"], command.offsets, first_entry,
+                 end_table * command.bags + 1 - first_entry)
+            read(readers["indices"], command.indices, first_position,
+                 end_position - first_position)
+            read(readers["weights"], command.weights, first_position,
+                 end_position - first_position)
+            m.d.comb += [
                 walker.bags.eq(command.bags),
-                walker.tables.eq(command.tables),
-                walker.num_indices.eq(command.num_indices),
+                walker.tables.eq(end_table),
+                walker.num_indices.eq(end_position),
+                walker.first_table.eq(first_table),
+                walker.first_position.eq(first_position),
+                walker.first_column.eq(first_column),
                 walker.gradient.eq(command.output >> 6),
                 walker.row_lines.eq(row_lines),
                 walker.use_weights.eq(use_weights),
@@ -480,6 +523,7 @@ class UpdateEngine(wiring.Component):
 
             def start(mode):
                 m.d.comb += [
+                    spanned.eq(mode == WalkMode.UPDATE),
                     readers["offsets"].start.eq(1),
                     readers["indices"].start.eq(mode != WalkMode.OFFSETS),
                     readers["weights"].start.eq((mode == WalkMode.UPDATE) & use_weights),
@@ -511,8 +555,10 @@ class UpdateEngine(wiring.Component):
                 line_width=walker.line_width, slot_width=Shape.cast(range(capacity)).width,
                 cached_bags=self._correction_bags, bag_width=datapath.bag_width,
                 contexts=self._correction_contexts, context_width=datapath.context_width))
+            span = Signal(walk_span_layout())   # of the next correction pass (driven below)
             start_deferred_walk = walk_of(deferred_readers, deferred_walker, deferred,
-                                          deferred_row_lines, deferred_use_weights, "deferred_")
+                                          deferred_row_lines, deferred_use_weights, "deferred_",
+                                          span)
             m.d.comb += [
                 deferred_as_update.eq(deferred),
                 deferred_as_update.opcode.eq(Opcode.UPDATE),
@@ -597,7 +643,36 @@ class UpdateEngine(wiring.Component):
         bus_error = Signal()
         last_chunk = Signal()
         if relaxed:
-            m.d.comb += corrector.final.eq(last_chunk)
+            # A correction pass walks batch N+1's tables from the first one it has not
+            # finished to the one where the chunk ended (the table of the occurrence that found
+            # the CAM full: the chunk wrote no row of a later table), or to the last table after
+            # the last chunk. Where each table's indices start, and its gradient column, come
+            # from the deferred walker's earlier whole walks.
+            table_starts = Array(Signal(32, name=f"table_start_{t}")
+                                 for t in range(self._max_tables))
+            table_columns = Array(Signal(16, name=f"table_column_{t}")
+                                  for t in range(self._max_tables))
+            with m.If(deferred_walker.started):
+                m.d.sync += [
+                    table_starts[deferred_walker.started_table].eq(
+                        deferred_walker.started_position),
+                    table_columns[deferred_walker.started_table].eq(
+                        deferred_walker.started_column),
+                ]
+            pass_first_table = Signal(8)
+            boundary_table = Signal(8)
+            span_end = Signal(8)
+            m.d.comb += [
+                span_end.eq(Mux(last_chunk, deferred.tables, boundary_table + 1)),
+                span.first_table.eq(pass_first_table),
+                span.first_position.eq(table_starts[pass_first_table]),
+                span.first_column.eq(table_columns[pass_first_table]),
+                span.end_table.eq(span_end),
+                span.end_position.eq(Mux(span_end == deferred.tables, deferred.num_indices,
+                                         table_starts[span_end])),
+                corrector.final.eq(last_chunk),
+                corrector.boundary.eq(boundary_table),
+            ]
         halted = Signal()  # after an error: no new read, no row write not yet offered
         stop = halted | bus_error | router.error | writes.error  # from the error's own cycle
         m.d.comb += [router.stop.eq(stop), writes.stop.eq(stop)]
@@ -646,7 +721,7 @@ class UpdateEngine(wiring.Component):
                     halted.eq(0), validating_deferred.eq(0),
                 ]
                 if relaxed:
-                    m.d.sync += checking_deferred_indices.eq(0)
+                    m.d.sync += [checking_deferred_indices.eq(0), pass_first_table.eq(0)]
 
             with m.State("Idle"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -734,6 +809,8 @@ class UpdateEngine(wiring.Component):
                         record(deferred_walker.status)
                         m.next = "Drain"
                 with m.Elif(unique.full):
+                    if relaxed:
+                        m.d.sync += boundary_table.eq(unique.i.payload.table)
                     m.next = "Chunk-Settle"
                 with m.Elif(walk_finished & ~unique.i.valid):
                     m.d.sync += last_chunk.eq(1)
@@ -805,6 +882,7 @@ class UpdateEngine(wiring.Component):
                         record(deferred_walker.status)
                         m.next = "Drain"
                     with m.Elif(corrector.done & datapath.correction_idle):
+                        m.d.sync += pass_first_table.eq(boundary_table)
                         with m.If(last_chunk):
                             m.next = "Flush"
                         with m.Else():

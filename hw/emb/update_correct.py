@@ -15,12 +15,16 @@ which row; this sequencer runs once per chunk. It walks batch N+1's occurrences 
 
 Bags that need neither keep the bits the lookup wrote; so do empty bags (+0.0).
 
-Between passes a corrected bag waits in the datapath's bag store rather than in memory: the
-first ``cached_bags`` bags of the walk (counted in walk order, the same in every pass) are
-stored there by every pass but the last, which loads them back and writes them to memory,
-whether it corrects them or not. So a bag is read from memory once and written once per
-UPDATE, and a pass need not wait for the previous one's writes. Bags beyond the store go
-through memory every pass (``spilled`` says one did).
+A pass walks only the tables its chunk can touch (the engine starts the walk at the first
+table not yet finished and ends it at ``boundary``, the table where the chunk ended, or at the
+last table after the last chunk). Every bag of a table before ``boundary`` is then finished:
+its last correction is in, so it is scaled if MEAN and written to memory. The bags of
+``boundary`` itself may get more corrections from the next chunk: they wait in the datapath's
+bag store rather than in memory (the table's first ``cached_bags`` non-empty bags, counted
+from the table's start, the same in every pass), and the next pass, which starts at that
+table, loads them back. So a bag is read from memory once and written once per UPDATE, and a
+pass need not wait for the previous one's writes. Bags beyond the store go through memory
+(``spilled`` says one did).
 """
 
 from amaranth.hdl import Const, Module, Mux, Signal, unsigned
@@ -48,8 +52,11 @@ class CorrectionSequencer(wiring.Component):
     walk_done : ``In(1)``
         The walker has emitted its last occurrence.
     final : ``In(1)``
-        This pass follows the update's last chunk: MEAN bags are scaled (and so loaded even
-        without a correction). Earlier passes touch only the bags they correct.
+        This pass follows the update's last chunk: every bag it walks is finished.
+    boundary : ``In(8)``
+        Without ``final``: the table where the chunk ended; the walk's earlier tables are
+        finished. A finished bag is loaded even without a correction if MEAN (to be scaled)
+        or held in the store (to be written to memory).
     descriptors : ``In(ArrayLayout(table_layout, max_tables))``
     probe, probe_key, probe_hit, probe_slot :
         The unique-row CAM's lookup port (``Out``, ``Out``, ``In``, ``In``).
@@ -81,6 +88,7 @@ class CorrectionSequencer(wiring.Component):
                 table_width=table_width, line_width=line_width, line_address_width=law))),
             "walk_done": In(1),
             "final": In(1),
+            "boundary": In(8),
             "descriptors": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
             "probe": Out(1),
             "probe_key": Out(data.StructLayout({"table": unsigned(table_width), "row": 32})),
@@ -108,17 +116,19 @@ class CorrectionSequencer(wiring.Component):
         held_line = Signal(self._line_address_width)
         held_lines = Signal.like(occurrence.lines)
         held_mean = Signal()
+        held_finished = Signal()
         held_reciprocal = Signal(32)
         requested = Signal.like(occurrence.lines)
 
-        # The bag's number in walk order (``cached_bags``: past the store), and whether the
-        # store holds it from an earlier pass.
+        # The bag's number among its table's non-empty bags (``cached_bags``: past the
+        # store), and whether the store holds it from an earlier pass.
         ordinal = Signal(range(self._cached_bags + 1))
         walked = Signal()   # an occurrence of this pass was taken
         walked_line = Signal.like(occurrence.gradient)
+        walked_table = Signal.like(occurrence.table)
         new_bag = ~walked | (occurrence.gradient != walked_line)
         this_ordinal = Signal.like(ordinal)
-        with m.If(~walked):
+        with m.If(~walked | (occurrence.table != walked_table)):
             m.d.comb += this_ordinal.eq(0)
         with m.Elif(new_bag & (ordinal != self._cached_bags)):
             m.d.comb += this_ordinal.eq(ordinal + 1)
@@ -126,7 +136,7 @@ class CorrectionSequencer(wiring.Component):
             m.d.comb += this_ordinal.eq(ordinal)
         with m.If(self.occurrences.valid & self.occurrences.ready):
             m.d.sync += [walked.eq(1), walked_line.eq(occurrence.gradient),
-                         ordinal.eq(this_ordinal)]
+                         walked_table.eq(occurrence.table), ordinal.eq(this_ordinal)]
         cached = Signal(max(1, self._cached_bags))  # per store entry: holds its bag
 
         def in_store(number):
@@ -150,8 +160,9 @@ class CorrectionSequencer(wiring.Component):
         ]
         hit = self.probe_hit
         mean = mode == PoolingMode.MEAN
-        scaled = mean & self.final
-        needed = hit | scaled | (self.final & stored(this_ordinal))
+        finished = self.final | (occurrence.table != self.boundary)
+        scaled = mean & finished
+        needed = hit | scaled | (finished & stored(this_ordinal))
         same_bag = held & (held_line == occurrence.gradient)
         op = self.ops.payload
 
@@ -195,6 +206,7 @@ class CorrectionSequencer(wiring.Component):
                             held_line.eq(occurrence.gradient),
                             held_lines.eq(occurrence.lines),
                             held_mean.eq(scaled),
+                            held_finished.eq(finished),
                             held_reciprocal.eq(occurrence.scale),
                             held_ordinal.eq(this_ordinal),
                             requested.eq(0),
@@ -235,15 +247,18 @@ class CorrectionSequencer(wiring.Component):
                     m.next = "Store"
 
             with m.State("Store"):
-                # To the store between passes; to memory after the last, or past the store.
-                keep = in_store(held_ordinal) & ~self.final
+                # To the store between passes; to memory once finished, or past the store.
+                keep = in_store(held_ordinal) & ~held_finished
                 with m.If(offer(CorrectionKind.STORE, cached=keep, bag=held_ordinal,
                                 address=held_line)):
                     m.d.sync += held.eq(0)
-                    with m.If(~keep & ~self.final):
+                    with m.If(~keep & ~held_finished):
                         m.d.sync += self.spilled.eq(1)
-                    with m.If(keep):
-                        m.d.sync += cached.bit_select(held_ordinal, 1).eq(1)
+                    if self._cached_bags:
+                        with m.If(in_store(held_ordinal)):
+                            # Freed once its bag is finished: the next table's bag of the
+                            # same number is loaded from memory.
+                            m.d.sync += cached.bit_select(held_ordinal, 1).eq(keep)
                     m.next = "Run"
 
             with m.State("Done"):

@@ -232,7 +232,7 @@ class ReadRouter(wiring.Component):
 
 
 class WordReader(wiring.Component):
-    """Streams ``words`` consecutive 32-bit words starting at a line address.
+    """Streams ``words`` consecutive 32-bit words starting at a word of a line address.
 
     It asks for exactly ``ceil(words / 16)`` lines and releases each line once its last
     needed word is taken, so after a complete read nothing is left behind in the router.
@@ -240,8 +240,9 @@ class WordReader(wiring.Component):
     Members
     -------
     start : ``In(1)``
-        Begin a new read of ``words`` words from line ``base`` (abandons any old one).
-    base : ``In(line_address_width)``, words : ``In(32)``
+        Begin a new read of ``words`` words from word ``first`` of line ``base`` (abandons any
+        old one).
+    base : ``In(line_address_width)``, first : ``In(4)``, words : ``In(32)``
         Sampled on ``start``.
     request : ``Out(stream.Signature(line_address_width))``
         Line reads, to a :class:`ReadRouter` source.
@@ -257,6 +258,7 @@ class WordReader(wiring.Component):
         super().__init__({
             "start": In(1),
             "base": In(line_address_width),
+            "first": In(4),
             "words": In(32),
             "request": Out(stream.Signature(line_address_width)),
             "lines": In(stream.Signature(LINE_BITS)),
@@ -265,10 +267,10 @@ class WordReader(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        words = Signal(32)
+        words = Signal(33)       # the end: ``first + words``, counted from the line's word 0
         line_count = Signal(29)
         issued = Signal(29)
-        delivered = Signal(32)
+        delivered = Signal(33)
         next_line = Signal.like(self.request.payload)
         o_valid = Signal()  # with ``registered_output``: the output register holds a word
         o_data = Signal(32)
@@ -276,10 +278,12 @@ class WordReader(wiring.Component):
         with m.If(self.start):
             m.d.sync += [
                 o_valid.eq(0),
-                words.eq(self.words),
-                line_count.eq((self.words + _WORDS_PER_LINE - 1) >> 4),
+                words.eq(self.words + self.first),
+                # (No line at all for no words, whatever ``first`` says.)
+                line_count.eq(Mux(self.words == 0, 0,
+                                  (self.words + self.first + _WORDS_PER_LINE - 1) >> 4)),
                 issued.eq(0),
-                delivered.eq(0),
+                delivered.eq(self.first),
                 next_line.eq(self.base),
             ]
         with m.Else():

@@ -16,6 +16,12 @@ then position in the bag. A walk runs in one of three modes:
 
 Validating all offsets before any index gives the same error as the lookup engine's
 validators (``hw.emb.validate``) for a command with several problems.
+
+A walk may cover only tables ``first_table .. tables - 1``: it starts at offsets entry
+``first_table * bags``, which must hold ``first_position`` (else ``OFFSETS_NOT_FROM_ZERO``,
+naming that entry), and ends where ``num_indices`` says, so the caller gives the last entry's
+value there. The relaxed lookup's correction walks each chunk's tables this way; the position
+and gradient column of each table start come from ``started`` during an earlier full walk.
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
@@ -73,6 +79,14 @@ class OccurrenceWalker(wiring.Component):
         Read one weight per index (some table is WEIGHTED); UPDATE mode only.
     bags, tables, num_indices : command fields; gradient : ``In(line address)``
         The gradient buffer; row_lines : ``In(32)`` lines per gradient row (``sum(dim)/16``).
+        A walk of the tables up to ``tables - 1`` ends at position ``num_indices``.
+    first_table : ``In(8)``, first_position : ``In(32)``, first_column : ``In(16)``
+        Where the walk starts: its first table, that table's first index position and its
+        gradient column (lines before it in a row). All 0 for a whole walk.
+    started : ``Out(1)``, started_table : ``Out(8)``, started_position : ``Out(32)``,
+    started_column : ``Out(16)``
+        The walk is at the first bag of a table: where that table starts (for a later walk
+        from it).
     descriptors : ``In(ArrayLayout(table_layout, max_tables))``
     offsets, indices, weights : ``In(stream.Signature(32))``
         The words of the three arrays from position 0.
@@ -96,6 +110,13 @@ class OccurrenceWalker(wiring.Component):
             "num_indices": In(32),
             "gradient": In(line_address_width),
             "row_lines": In(32),
+            "first_table": In(8),
+            "first_position": In(32),
+            "first_column": In(16),
+            "started": Out(1),
+            "started_table": Out(8),
+            "started_position": Out(32),
+            "started_column": Out(16),
             "descriptors": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
             "offsets": In(stream.Signature(32)),
             "indices": In(stream.Signature(32)),
@@ -135,7 +156,7 @@ class OccurrenceWalker(wiring.Component):
         bag_start = Signal(32)
         bag_end = Signal(32)
         bag_line = Signal.like(self.gradient)  # gradient row of this bag
-        column = Signal(32)                    # lines before this table's block
+        column = Signal(16)                    # lines before this table's block
         mean_scale = Signal(32)
 
         descriptor = self.descriptors[table[:self._table_width]]
@@ -167,13 +188,13 @@ class OccurrenceWalker(wiring.Component):
                         num_indices.eq(self.num_indices),
                         gradient.eq(self.gradient),
                         row_lines.eq(self.row_lines),
-                        table.eq(0),
+                        table.eq(self.first_table),
                         bag.eq(0),
-                        bag_number.eq(0),
-                        position.eq(0),
-                        bag_start.eq(0),
+                        bag_number.eq(self.first_table * self.bags),
+                        position.eq(self.first_position),
+                        bag_start.eq(self.first_position),
                         bag_line.eq(self.gradient),
-                        column.eq(0),
+                        column.eq(self.first_column),
                         self.status.eq(0),
                         self.o.valid.eq(0),
                     ]
@@ -182,8 +203,9 @@ class OccurrenceWalker(wiring.Component):
             with m.State("First"):
                 m.d.comb += self.offsets.ready.eq(1)
                 with m.If(self.offsets.valid):
-                    with m.If(self.offsets.payload != 0):
-                        fail(ErrorCode.OFFSETS_NOT_FROM_ZERO, position_=0)
+                    with m.If(self.offsets.payload != bag_start):
+                        fail(ErrorCode.OFFSETS_NOT_FROM_ZERO, position_=bag_number,
+                             table_=table)
                     with m.Elif((bag_count == 0) & (num_indices != 0)):
                         fail(ErrorCode.OFFSETS_PAST_END, position_=0)
                     with m.Elif(bag_count == 0):
@@ -193,6 +215,9 @@ class OccurrenceWalker(wiring.Component):
                         m.next = "Bag-End"
 
             with m.State("Bag-End"):
+                m.d.comb += [self.started.eq(bag == 0), self.started_table.eq(table),
+                             self.started_position.eq(bag_start),
+                             self.started_column.eq(column)]
                 end = self.offsets.payload
                 m.d.comb += self.offsets.ready.eq(1)
                 with m.If(self.offsets.valid):

@@ -23,7 +23,8 @@ class AxiMemoryModel:
 
     A write lands when both its AW and W beats arrived and is acknowledged later on B. Each
     read is answered with its own ID (the lookup engine's reads carry several). ``writes``
-    counts the writes to each line; reads of the lines in ``poisoned_reads`` answer SLVERR."""
+    and ``line_reads`` count the writes and reads of each line; reads of the lines in
+    ``poisoned_reads`` answer SLVERR."""
 
     def __init__(self, axi, seed: int, busy: float):
         self.axi = axi
@@ -35,6 +36,7 @@ class AxiMemoryModel:
         self.data = []        # W accepted
         self.completions = 0  # B owed
         self.writes = Counter()  # line address -> times written
+        self.line_reads = Counter()  # line address -> times read
         self.poisoned_reads = set()
 
     def _go(self):
@@ -62,6 +64,7 @@ class AxiMemoryModel:
                 axi.awaddr, axi.wvalid, axi.wready, axi.wdata, axi.rready, axi.bready)
             if ar_valid and ar_ready:
                 self.reads.append((ar_addr, ar_id))
+                self.line_reads[ar_addr] += 1
             if read_out and r_ready:
                 self.reads.pop(0)
             if aw_valid and aw_ready:

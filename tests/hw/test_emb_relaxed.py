@@ -333,6 +333,70 @@ def test_chunked_update_corrects_chunk_by_chunk(mode, correction_bags, contexts,
         assert max(writes) > 2, writes   # some bag went through memory after several chunks
 
 
+@pytest.mark.parametrize("correction_bags", [16, 0])
+def test_each_correction_pass_walks_only_its_chunks_tables(correction_bags):
+    """Batch 0 writes six rows of table 0 and one of table 1 in chunks of two: the chunks
+    end in table 0, table 0, table 1 and table 1. The passes walk batch 1's tables 0, 0,
+    0 to 1 and 1, so a line of batch 1's indices that only table 1 uses is read twice by the
+    passes and one of table 0 three times (not four times each); table 0's MEAN bags are
+    finished, scaled and written in the third pass. The output is the golden one."""
+    mode = PoolingMode.MEAN
+    capacity = 2
+    case = TwoBatches.draw(np.random.default_rng(41), (mode, mode), bags=3)
+    first = Batch(np.array([0, 1, 2, 3, 4, 5, 0, 0, 0, 0], dtype=np.uint32),
+                  np.array([0, 3, 5, 6, 7, 9, 10], dtype=np.uint32),
+                  np.ones(10, dtype=np.float32), case.batches[0].base)
+    draw = np.random.default_rng(42)   # batch 1: 20 occurrences a bag, 60 a table
+    second = Batch(np.concatenate([draw.integers(0, rows, 60) for rows in case.rows])
+                   .astype(np.uint32), (np.arange(7) * 20).astype(np.uint32),
+                   np.ones(120, dtype=np.float32), case.batches[1].base)
+    for batch in (first, second):
+        for name in ("indices", "offsets", "weights"):
+            array, address = getattr(batch, name), batch.addresses[name]
+            case.image[address:address + array.nbytes] = array.tobytes()
+    batches, bags = [first, second], case.bags
+    lookups = [(command(Opcode.LOOKUP, 0, batches[0], bags, 2, "output"), 1),
+               (command(Opcode.LOOKUP, 1, batches[1], bags, 2, "output"), 1)]
+    update = [(command(Opcode.UPDATE, 0, batches[0], bags, 2, "gradient"), 1)]
+
+    def engine():
+        return EmbeddingEngine(**PARAMS, max_unique_rows=capacity,
+                               correction_bags=correction_bags)
+
+    # The lookups' own reads, measured on a copy, are taken off the whole run's.
+    _, lookup_memory = run(engine(), bytearray(case.image), lookups,
+                           descriptors=case.descriptors)
+    statuses, memory = run(engine(), case.image, lookups + update,
+                           descriptors=case.descriptors, deadline=200_000)
+    assert [s.error for s in statuses] == [ErrorCode.NONE] * 3
+
+    indices, offsets = batches[1].indices, batches[1].offsets
+    table_1_starts = int(offsets[bags])
+    assert table_1_starts >= 32 and indices.size - table_1_starts >= 32  # whole lines each
+    base = batches[1].addresses["indices"]
+    update_reads = [memory.line_reads[base + 64 * line] -
+                    lookup_memory.line_reads[base + 64 * line]
+                    for line in range((indices.size + 15) // 16)]
+    # One read by the validation, then one per pass that walks the line's table.
+    assert update_reads[0] == 1 + 3, update_reads
+    assert update_reads[-1] == 1 + 2, update_reads
+
+    def tbe(batch):
+        return batch.indices.astype(np.int64), batch.offsets.astype(np.int64), "mean"
+
+    golden, deltas = update_deltas(case.tables, case.gradient, *tbe(batches[0]), LR,
+                                   max_unique_rows=capacity)
+    assert len(deltas) == 4
+    relaxed = relaxed_lookup(case.tables, golden.tables, golden.updated_rows(),
+                             *tbe(batches[1]), chunk_deltas=deltas)
+    for t in range(2):
+        got = read_floats(case.image, case.table_base[t],
+                          case.rows[t] * case.dims[t]).reshape(case.rows[t], case.dims[t])
+        assert same_bits(got, golden.tables[t]).all(), f"table {t}"
+    got = read_floats(case.image, batches[1].addresses["output"], bags * sum(case.dims))
+    assert same_bits(got.reshape(bags, -1), relaxed.pooled).all(), "batch 1 output"
+
+
 def units_of(design, kind):
     """How many ``kind`` components the elaborated design holds."""
     def walk(fragment):

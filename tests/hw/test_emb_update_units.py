@@ -319,6 +319,37 @@ def test_word_reader_delivers_a_word_per_cycle(registered_output):
 
 
 @pytest.mark.parametrize("registered_output", [False, True], ids=["word-choice", "register"])
+def test_word_reader_starts_at_a_word_inside_a_line(registered_output):
+    """A read from word ``first`` of its first line asks for the lines it needs and no more
+    (none for no words) and delivers the words from there."""
+    reader = WordReader(line_address_width=20, registered_output=registered_output)
+    serve_lines = line_server(reader)
+    jobs = [(300, 5, 40, 3), (400, 15, 1, 1), (500, 15, 2, 2), (600, 9, 0, 0), (700, 0, 16, 1)]
+
+    async def consume(ctx):
+        ctx.set(reader.request.ready, 1)
+        ctx.set(reader.o.ready, 1)
+        for base, first, words, lines in jobs:
+            ctx.set(reader.base, base)
+            ctx.set(reader.first, first)
+            ctx.set(reader.words, words)
+            ctx.set(reader.start, 1)
+            await ctx.tick()
+            ctx.set(reader.start, 0)
+            received, requests = [], 0
+            for _ in range(words + 20):
+                _, _, valid, word, asked = await ctx.tick().sample(
+                    reader.o.valid, reader.o.payload, reader.request.valid)
+                requests += asked
+                if valid:
+                    received.append(word)
+            assert received == [base * 16 + first + k for k in range(words)], (base, first)
+            assert requests == lines, (base, first, words)
+
+    simulate(reader, consume, processes=(serve_lines,), deadline=2_000)
+
+
+@pytest.mark.parametrize("registered_output", [False, True], ids=["word-choice", "register"])
 def test_word_reader_restart_forgets_a_word_not_taken(registered_output):
     """A reader started again (a new command after an aborted one) while a word waits on its
     output delivers only the new job's words."""
