@@ -663,7 +663,9 @@ class UpdateEngine(wiring.Component):
             boundary_table = Signal(8)
             span_end = Signal(8)
             m.d.comb += [
-                span_end.eq(Mux(last_chunk, deferred.tables, boundary_table + 1)),
+                # (Batch N+1 may have fewer tables than batch N: its last one at most.)
+                span_end.eq(Mux(last_chunk | (boundary_table >= deferred.tables),
+                                deferred.tables, boundary_table + 1)),
                 span.first_table.eq(pass_first_table),
                 span.first_position.eq(table_starts[pass_first_table]),
                 span.first_column.eq(table_columns[pass_first_table]),
@@ -871,9 +873,18 @@ class UpdateEngine(wiring.Component):
                             record(deferred_walker.status)
                             m.next = "Drain"
                     with m.Elif((writes_settled | ~corrector.spilled) & ~validating_deferred):
-                        start_deferred_walk(WalkMode.UPDATE)
-                        m.d.comb += corrector.start.eq(1)
-                        m.next = "Correct"
+                        with m.If(pass_first_table >= deferred.tables):
+                            # Batch N+1 has fewer tables than batch N and an earlier pass
+                            # finished its last one: nothing is left to correct.
+                            with m.If(last_chunk):
+                                m.next = "Flush"
+                            with m.Else():
+                                m.d.comb += unique.clear.eq(1)
+                                m.next = "Accumulate"
+                        with m.Else():
+                            start_deferred_walk(WalkMode.UPDATE)
+                            m.d.comb += corrector.start.eq(1)
+                            m.next = "Correct"
 
                 with m.State("Correct"):
                     with m.If(bus_error):

@@ -333,6 +333,25 @@ def test_chunked_update_corrects_chunk_by_chunk(mode, correction_bags, contexts,
         assert max(writes) > 2, writes   # some bag went through memory after several chunks
 
 
+def _four_chunk_batches(case, *, tables_after):
+    """Batch 0 (six rows of table 0, then one of table 1: four chunks of two rows, ending in
+    tables 0, 0, 1 and 1) and batch 1 (20 occurrences a bag, ``tables_after`` tables), written
+    into ``case``'s image in place of its batches (3 bags)."""
+    first = Batch(np.array([0, 1, 2, 3, 4, 5, 0, 0, 0, 0], dtype=np.uint32),
+                  np.array([0, 3, 5, 6, 7, 9, 10], dtype=np.uint32),
+                  np.ones(10, dtype=np.float32), case.batches[0].base)
+    draw = np.random.default_rng(42)
+    second = Batch(np.concatenate([draw.integers(0, rows, 60)
+                                   for rows in case.rows[:tables_after]]).astype(np.uint32),
+                   (np.arange(3 * tables_after + 1) * 20).astype(np.uint32),
+                   np.ones(60 * tables_after, dtype=np.float32), case.batches[1].base)
+    for batch in (first, second):
+        for name in ("indices", "offsets", "weights"):
+            array, address = getattr(batch, name), batch.addresses[name]
+            case.image[address:address + array.nbytes] = array.tobytes()
+    return first, second
+
+
 @pytest.mark.parametrize("correction_bags", [16, 0])
 def test_each_correction_pass_walks_only_its_chunks_tables(correction_bags):
     """Batch 0 writes six rows of table 0 and one of table 1 in chunks of two: the chunks
@@ -343,17 +362,7 @@ def test_each_correction_pass_walks_only_its_chunks_tables(correction_bags):
     mode = PoolingMode.MEAN
     capacity = 2
     case = TwoBatches.draw(np.random.default_rng(41), (mode, mode), bags=3)
-    first = Batch(np.array([0, 1, 2, 3, 4, 5, 0, 0, 0, 0], dtype=np.uint32),
-                  np.array([0, 3, 5, 6, 7, 9, 10], dtype=np.uint32),
-                  np.ones(10, dtype=np.float32), case.batches[0].base)
-    draw = np.random.default_rng(42)   # batch 1: 20 occurrences a bag, 60 a table
-    second = Batch(np.concatenate([draw.integers(0, rows, 60) for rows in case.rows])
-                   .astype(np.uint32), (np.arange(7) * 20).astype(np.uint32),
-                   np.ones(120, dtype=np.float32), case.batches[1].base)
-    for batch in (first, second):
-        for name in ("indices", "offsets", "weights"):
-            array, address = getattr(batch, name), batch.addresses[name]
-            case.image[address:address + array.nbytes] = array.tobytes()
+    first, second = _four_chunk_batches(case, tables_after=2)
     batches, bags = [first, second], case.bags
     lookups = [(command(Opcode.LOOKUP, 0, batches[0], bags, 2, "output"), 1),
                (command(Opcode.LOOKUP, 1, batches[1], bags, 2, "output"), 1)]
@@ -395,6 +404,39 @@ def test_each_correction_pass_walks_only_its_chunks_tables(correction_bags):
         assert same_bits(got, golden.tables[t]).all(), f"table {t}"
     got = read_floats(case.image, batches[1].addresses["output"], bags * sum(case.dims))
     assert same_bits(got.reshape(bags, -1), relaxed.pooled).all(), "batch 1 output"
+
+
+def test_next_batch_with_fewer_tables_is_corrected_within_its_own():
+    """LOOKUP(1) pools table 0 only while UPDATE(0)'s chunks end in tables 0, 0, 1 and 1: the
+    third pass walks batch 1's one table and finishes it, the fourth has nothing left to walk.
+    Nothing is read or written past batch 1's buffers; the output is the golden one."""
+    mode = PoolingMode.MEAN
+    case = TwoBatches.draw(np.random.default_rng(43), (mode, mode), bags=3)
+    first, second = _four_chunk_batches(case, tables_after=1)
+    bags = case.bags
+    output = second.addresses["output"]
+    guard = bytes(case.image[output:output + 0x400])   # past batch 1's one-table output
+    steps = [(command(Opcode.LOOKUP, 0, first, bags, 2, "output"), 1),
+             (command(Opcode.LOOKUP, 1, second, bags, 1, "output"), 1),
+             (command(Opcode.UPDATE, 0, first, bags, 2, "gradient"), 1)]
+    statuses, memory = run(EmbeddingEngine(**PARAMS, max_unique_rows=2), case.image, steps,
+                           descriptors=case.descriptors, deadline=200_000)
+    assert [s.error for s in statuses] == [ErrorCode.NONE] * 3
+
+    def tbe(batch):
+        return batch.indices.astype(np.int64), batch.offsets.astype(np.int64), "mean"
+
+    golden, deltas = update_deltas(case.tables, case.gradient, *tbe(first), LR,
+                                   max_unique_rows=2)
+    assert len(deltas) == 4
+    relaxed = relaxed_lookup(case.tables[:1], golden.tables[:1], golden.updated_rows()[:1],
+                             *tbe(second), chunk_deltas=[chunk[:1] for chunk in deltas])
+    dim = case.dims[0]
+    got = read_floats(case.image, output, bags * dim)
+    assert same_bits(got.reshape(bags, dim), relaxed.pooled).all(), "batch 1 output"
+    after = output + bags * dim * 4
+    assert bytes(case.image[after:output + 0x400]) == guard[after - output:]
+    assert not [line for line in memory.writes if after <= line < output + 0x400]
 
 
 def units_of(design, kind):
