@@ -159,7 +159,7 @@ class TrainingCxlDevice(wiring.Component):
         Passed to the embedding engine.
     checkpointing : bool
         Put the CheckpointEngine in (needs ``hw/ckpt/engine.py``).
-    log_buffer_depth, dedup_entries, checkpoint_outstanding_writes : int
+    log_buffer_depth, write_tap_buffer_depth, dedup_entries, checkpoint_outstanding_writes : int
         Passed to the CheckpointEngine (``max_outstanding_writes``) when checkpointing.
 
     Members
@@ -185,7 +185,8 @@ class TrainingCxlDevice(wiring.Component):
                  output_buffer_depth=16, bag_slots=16, max_unique_rows=32,
                  update_outstanding_reads=8, correction_bags=64, correction_contexts=None,
                  correction_queue_depth=None, delta_lanes=None, checkpointing=False,
-                 log_buffer_depth=64, dedup_entries=256, checkpoint_outstanding_writes=64):
+                 log_buffer_depth=64, write_tap_buffer_depth=4, dedup_entries=256,
+                 checkpoint_outstanding_writes=64):
         _check("Address width", addr_width, 16, 52)
         channel_bits(channels)   # raises with the valid counts
         _check("Command queue depth", command_queue_depth, 1, MAX_QUEUE_DEPTH)
@@ -201,8 +202,8 @@ class TrainingCxlDevice(wiring.Component):
             _check("Protected range count (with checkpointing)", num_protected, 1, 14)
             self._ckpt = _checkpoint_engine_class()(
                 addr_width=addr_width, id_width=id_width, max_tables=max_tables,
-                log_buffer_depth=log_buffer_depth, dedup_entries=dedup_entries,
-                max_outstanding_writes=checkpoint_outstanding_writes)
+                log_buffer_depth=log_buffer_depth, write_tap_buffer_depth=write_tap_buffer_depth,
+                dedup_entries=dedup_entries, max_outstanding_writes=checkpoint_outstanding_writes)
             if isinstance(outstanding_reads, int) and \
                     outstanding_reads + 3 > self._ckpt.engine_id_limit:
                 raise ValueError(

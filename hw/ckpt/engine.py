@@ -230,6 +230,11 @@ class CheckpointEngine(wiring.Component):
     log_buffer_depth : int
         Log entries buffered on chip (a power of two, 8..4096); the lookup's read data waits
         when it is full.
+    write_tap_buffer_depth : int
+        Log-ahead's entries from UPDATE(N)'s writes buffered on chip (a power of two,
+        4..4096); UPDATE's writes wait when it is full. The engine's writes go to memory
+        before the log's, so a deep buffer lets these entries drain in the gaps between
+        UPDATE's writes instead of taking turns with them.
     dedup_entries : int
         Lines in the per-batch duplicate filter: 0 (off) or a power of two, 2..16384. Its two
         banks are block RAM, valid bits included (each word holds the epoch it was written
@@ -290,11 +295,12 @@ class CheckpointEngine(wiring.Component):
     """
 
     def __init__(self, *, addr_width=48, id_width=8, max_tables=8, log_buffer_depth=64,
-                 dedup_entries=256, max_outstanding_writes=64):
+                 write_tap_buffer_depth=4, dedup_entries=256, max_outstanding_writes=64):
         _check_int(addr_width, "Address width", 12, 64)
         _check_int(id_width, "ID width", 3, 16)
         _check_int(max_tables, "Maximum table count", 1, 255)
         _check_int(log_buffer_depth, "Log buffer depth", 8, 4096, power_of_two=True)
+        _check_int(write_tap_buffer_depth, "Write tap buffer depth", 4, 4096, power_of_two=True)
         _check_int(dedup_entries, "Duplicate filter size", 2, 16384, power_of_two=True,
                    zero=True)
         _check_int(max_outstanding_writes, "Outstanding write limit", 1, 1024)
@@ -302,6 +308,7 @@ class CheckpointEngine(wiring.Component):
         self._id_width = id_width
         self._max_tables = max_tables
         self._log_buffer_depth = log_buffer_depth
+        self._write_tap_buffer_depth = write_tap_buffer_depth
         self._dedup_entries = dedup_entries
         self._max_writes = max_outstanding_writes
         axi = AXI4Signature(addr_width=addr_width, data_width=LINE_BITS, id_width=id_width)
@@ -363,6 +370,10 @@ class CheckpointEngine(wiring.Component):
         return self._log_buffer_depth
 
     @property
+    def write_tap_buffer_depth(self):
+        return self._write_tap_buffer_depth
+
+    @property
     def dedup_entries(self):
         return self._dedup_entries
 
@@ -383,7 +394,8 @@ class CheckpointEngine(wiring.Component):
                                            buffer_depth=self._log_buffer_depth,
                                            dedup_entries=self._dedup_entries)
         m.submodules.log_writer = log = LogWriter(addr_width=aw)
-        m.submodules.write_tap = write_tap = UpdateWriteTap(addr_width=aw)
+        m.submodules.write_tap = write_tap = UpdateWriteTap(
+            addr_width=aw, buffer_depth=self._write_tap_buffer_depth)
         wiring.connect(m, join.memory, wiring.flipped(self.axi))
         # The log takes the lookup tap's entries, and the write tap's once the lookup tap is
         # empty (log-ahead: an entry of UPDATE(N) must follow LOOKUP(N + 1)'s of that line).

@@ -66,7 +66,7 @@ PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
     "update_outstanding_reads": 64, "update_write_buffer": 4096, "correction_contexts": 8,
     "correction_queue_depth": 128, "delta_lanes": True,
     "memory_lines": 1 << 19, "pending_beats": 64, "log_buffer_depth": 4096,
-    "dedup_entries": 16384, "channels": 4, "reorder_depth": 128,
+    "write_tap_buffer_depth": 4096, "dedup_entries": 16384, "channels": 4, "reorder_depth": 128,
     "host_link": {"desc_depth": 4096, "buffer_lines": 16384},
 })
 

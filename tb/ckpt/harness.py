@@ -49,9 +49,9 @@ _MEMORY_PORTS = (*PMEM_INPUTS, *PMEM_OUTPUTS, "backdoor_addr", "backdoor_wdata",
 
 class CheckpointSystem(wiring.Component):
     """Parameters (keyword-only): ``memory_lines`` (PMEM size in lines), ``pending_beats``
-    (the model's unacknowledged-beat ring), ``log_buffer_depth`` and ``dedup_entries`` (the
-    checkpoint engine's), and the EmbeddingEngine's own parameters (``max_tables``,
-    ``max_dim``, ``num_regions``, ``addr_width``, ``id_width``, ...).
+    (the model's unacknowledged-beat ring), ``log_buffer_depth``, ``write_tap_buffer_depth``
+    and ``dedup_entries`` (the checkpoint engine's), and the EmbeddingEngine's own parameters
+    (``max_tables``, ``max_dim``, ``num_regions``, ``addr_width``, ``id_width``, ...).
 
     ``channels`` (1, 2 or 4) PMEM models share ``memory_lines`` through an
     :class:`~hw.mem.arbiter.AxiArbiter` with ``reorder_depth`` reads (and writes) in flight
@@ -64,8 +64,11 @@ class CheckpointSystem(wiring.Component):
     instead of the device by ``host_select`` (ports ``link_*``; ``python -m bench paper``)."""
 
     def __init__(self, *, memory_lines=8192, pending_beats=64, log_buffer_depth=64,
-                 dedup_entries=256, host_link=None, channels=1, reorder_depth=64, **engine):
-        self._ckpt = dict(log_buffer_depth=log_buffer_depth, dedup_entries=dedup_entries)
+                 write_tap_buffer_depth=4, dedup_entries=256, host_link=None, channels=1,
+                 reorder_depth=64, **engine):
+        self._ckpt = dict(log_buffer_depth=log_buffer_depth,
+                          write_tap_buffer_depth=write_tap_buffer_depth,
+                          dedup_entries=dedup_entries)
         aw = engine.get("addr_width", 48)
         self._id_width = engine.get("id_width", 8)
         max_tables = engine.get("max_tables", 8)

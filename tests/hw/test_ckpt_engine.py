@@ -49,6 +49,10 @@ def test_parameters_are_validated_with_exact_messages():
     with pytest.raises(ValueError, match=r"^Log buffer depth must be a power of two in "
                                          r"8\.\.4096, not 12$"):
         CheckpointEngine(log_buffer_depth=12)
+    with pytest.raises(ValueError, match=r"^Write tap buffer depth must be a power of two in "
+                                         r"4\.\.4096, not 2$"):
+        CheckpointEngine(write_tap_buffer_depth=2)
+    assert CheckpointEngine(write_tap_buffer_depth=1024).write_tap_buffer_depth == 1024
     with pytest.raises(ValueError, match=r"^Duplicate filter size must be 0 or a power of "
                                          r"two in 2\.\.16384, not 3$"):
         CheckpointEngine(dedup_entries=3)
