@@ -95,12 +95,16 @@ UPDATE(N)'s. How batch N + 1's undo log is taken depends on ``log_mode`` when LO
 comes:
 
 * ``ON_LOOKUP``, if batch N's log is complete (taken on lookup, or by a finished background
-  replay) and did not overflow: *log-ahead*. N's log is closed first (its last header issued,
-  its entry count kept for N's flag), then the tap logs LOOKUP(N + 1)'s reads into area
-  (N + 1) % 2 (free: N - 1 is committed), holding the read data as on lookup, except the
-  lines batch N logged (the tap's previous filter): UPDATE(N) rewrites those. The entries
-  hold the values before UPDATE(N); for the lines UPDATE(N) rewrites, batch N + 1 must roll
-  back to UPDATE(N)'s values instead. So while UPDATE(N) runs, the write tap
+  replay) and did not overflow: *log-ahead*. The tap starts batch N + 1 at once, while N's
+  last entries may still wait in its buffer: each entry carries its batch's generation bit,
+  and the log writer closes N's log (its last header issued, its entry count kept for N's
+  flag) once none of N's entries waits, then moves on to N + 1's. The tap logs LOOKUP(N + 1)'s
+  reads into area (N + 1) % 2 (free: N - 1 is committed), holding the read data as on lookup
+  (the buffer is shared: N's log draining slowly holds LOOKUP(N + 1) only when it is full;
+  UPDATE(N) goes to the engine once N's log is closed), except the lines batch N logged (the
+  tap's previous filter): UPDATE(N) rewrites those. The entries hold the values before
+  UPDATE(N); for the lines UPDATE(N) rewrites, batch N + 1 must roll back to UPDATE(N)'s
+  values instead. So while UPDATE(N) runs, the write tap
   (:class:`~hw.ckpt.write_tap.UpdateWriteTap`) appends each engine write whose line may be in
   N + 1's log (the tap's filter answers with no false negative) to that log, with the data
   written: RECOVER restores a log in order, so the later entry wins. When UPDATE(N) commits,
@@ -397,13 +401,39 @@ class CheckpointEngine(wiring.Component):
         m.submodules.write_tap = write_tap = UpdateWriteTap(
             addr_width=aw, buffer_depth=self._write_tap_buffer_depth)
         wiring.connect(m, join.memory, wiring.flipped(self.axi))
-        # The log takes the lookup tap's entries, and the write tap's once the lookup tap is
-        # empty (log-ahead: an entry of UPDATE(N) must follow LOOKUP(N + 1)'s of that line).
-        entries_empty = tap.empty & write_tap.empty
-        with m.If(tap.empty):
-            wiring.connect(m, write_tap.entries, log.entries)
+        # Each entry carries the generation of the batch whose log it is (the two taps copy
+        # ``tap_generation`` in): with log-ahead the lookup tap starts batch N + 1 while
+        # batch N's last entries still wait in its buffer, and the log writer takes only its
+        # own batch's (``log_generation``); it moves to N + 1 when N's are all issued.
+        tap_generation = Signal()
+        log_generation = Signal()
+        switch_pending = Signal()   # N + 1's log waits for N's last entries (log-ahead)
+        m.d.comb += [tap.generation.eq(tap_generation), write_tap.generation.eq(tap_generation)]
+        tap_head = tap.entries.payload
+        write_head = write_tap.entries.payload
+        # The write tap's entries follow the lookup tap's of their batch (log-ahead: an entry
+        # of UPDATE(N) must follow LOOKUP(N + 1)'s of that line).
+        tap_holds_write_batch = (
+            (tap.entries.valid & (tap_head.generation == write_head.generation))
+            | (~tap.settled & (tap_generation == write_head.generation)))
+        take_write = (write_tap.entries.valid & (write_head.generation == log_generation)
+                      & ~tap_holds_write_batch)
+        take_tap = tap.entries.valid & (tap_head.generation == log_generation)
+        with m.If(take_write):
+            m.d.comb += [log.entries.valid.eq(1), write_tap.entries.ready.eq(log.entries.ready),
+                         log.entries.payload.line.eq(write_head.line),
+                         log.entries.payload.data.eq(write_head.data)]
         with m.Else():
-            wiring.connect(m, tap.entries, log.entries)
+            m.d.comb += [log.entries.valid.eq(take_tap), tap.entries.ready.eq(
+                             log.entries.ready & take_tap),
+                         log.entries.payload.line.eq(tap_head.line),
+                         log.entries.payload.data.eq(tap_head.data)]
+        # Entries of the log writer's batch remain (the write tap's stage holds one only while
+        # its UPDATE runs, so that one is of the writer's batch).
+        old_entries = (take_tap | (~tap.settled & (tap_generation == log_generation))
+                       | (write_tap.entries.valid & (write_head.generation == log_generation))
+                       | (~write_tap.empty & ~write_tap.entries.valid))
+        entries_empty = tap.empty & write_tap.empty & ~switch_pending
         m.d.comb += [write_tap.w_fire.eq(join.engine_w_fire),
                      write_tap.w_line.eq(self.engine_axi.awaddr[6:]),
                      write_tap.w_data.eq(self.engine_axi.wdata),
@@ -470,10 +500,16 @@ class CheckpointEngine(wiring.Component):
         def area_line(area):
             return (self.log_region.base[6:] + Mux(area, area_lines, 0))[:law]
 
-        def start_logging(batch):
-            """The tap and the log writer begin ``batch`` in its area (LOOKUP, replay)."""
-            m.d.comb += [tap.start.eq(1), log.start.eq(1), log.batch.eq(batch),
+        def start_log_writer(batch):
+            m.d.comb += [log.start.eq(1), log.batch.eq(batch),
                          log.area.eq(area_line(batch[0])), log.capacity.eq(capacity)]
+
+        def start_logging(batch):
+            """The tap and the log writer begin ``batch`` in its area (LOOKUP, replay; no
+            entry waits)."""
+            start_log_writer(batch)
+            m.d.comb += tap.start.eq(1)
+            m.d.sync += [tap_generation.eq(~tap_generation), log_generation.eq(~tap_generation)]
 
         config_ok = ((self.meta_region.size[6:] >= META_LINES) & (groups_per_area != 0))
 
@@ -495,13 +531,14 @@ class CheckpointEngine(wiring.Component):
         lookup_ok = Signal()       # the open batch's LOOKUP ended OK (a relaxed one may follow)
         deferred_open = Signal()   # LOOKUP(log_batch + 1) is deferred in the engine
         deferred_command = Signal(command_layout(aw))
-        # Log-ahead (module docstring): the log writer and the tap hold batch N + 1's log, taken
-        # by the deferred LOOKUP(N + 1); batch N's log was closed with these counts.
+        # Log-ahead (module docstring): the tap holds batch N + 1's log, taken by the deferred
+        # LOOKUP(N + 1); the log writer too once batch N's log is closed with these counts
+        # (``switch_pending`` until then).
         ahead = Signal()
         ahead_cut = Signal()       # GPF stopped the tap during the deferred LOOKUP
         held_count = Signal(32)
         held_overflow = Signal()
-        ahead_flush = Signal()
+        ahead_batch = Signal(32)   # N + 1
         update_forwarded = Signal()  # the running UPDATE reached the engine
         snap_valid = Signal(2)
         snap_batch = Signal(data.ArrayLayout(unsigned(32), 2))
@@ -521,35 +558,47 @@ class CheckpointEngine(wiring.Component):
         # With log-ahead, batch N's LOG writes were all issued when its log closed; those
         # still unanswered then are the first LOG B responses to come (one ID, in order), so
         # N's seal need not wait for batch N + 1's, which keep draining meanwhile.
+        ahead_closed = ahead & ~switch_pending
         closed_log_writes = Signal.like(own_count[OwnWrite.LOG.value])
         log_completed = join.own_completed[OwnWrite.LOG.value]
         with m.If(log_completed & (closed_log_writes != 0)):
             m.d.sync += closed_log_writes.eq(closed_log_writes - 1)
         seal_counts = Signal.like(own_count)
         m.d.comb += seal_counts.eq(own_count)
-        with m.If(ahead):
+        with m.If(ahead_closed):
             m.d.comb += seal_counts[OwnWrite.LOG.value].eq(closed_log_writes)
         log_drained = entries_empty & log.sealed
-        open_count = Mux(ahead, held_count, log.count)       # the open batch's (log_batch)
-        open_overflow = Mux(ahead, held_overflow, log.overflow | log_cut)
+        # The open batch's (log_batch); until its log closes, the writer is still on it.
+        open_count = Mux(ahead_closed, held_count, log.count)
+        open_overflow = Mux(ahead_closed, held_overflow, log.overflow | log_cut)
+
+        # Log-ahead: batch N's log closes once none of its entries waits and its last header
+        # is issued; the log writer then moves on to N + 1's area, whose entries waited.
+        with m.If(switch_pending & ~old_entries & log.sealed):
+            start_log_writer(ahead_batch)
+            m.d.sync += [switch_pending.eq(0), log_generation.eq(tap_generation),
+                         held_count.eq(log.count), held_overflow.eq(log.overflow | log_cut),
+                         closed_log_writes.eq(own_count[OwnWrite.LOG.value] - log_completed)]
 
         # --- UPDATE ordering (the formally checked part) ----------------------------------------
         m.submodules.sequencer = seq = UpdateSequencer(
             line_address_width=law, count_shape=own_count[0].shape())
         m.d.comb += [
             seq.batch.eq(self.cmd.payload.batch), seq.meta_line.eq(meta),
-            # (With log-ahead every entry of N was issued before N + 1's log started.)
-            seq.log_drained.eq(ahead | log_drained), seq.log_count.eq(open_count),
+            # (With log-ahead every entry of N was issued when its log closed.)
+            seq.log_drained.eq(Mux(ahead, ahead_closed, log_drained)),
+            seq.log_count.eq(open_count),
             seq.log_overflow.eq(open_overflow),
             # Every entry of the open batch is counted (the tap has settled, or log-ahead closed
             # it) and within its area: UPDATE may go to the engine while the log drains.
-            seq.log_fits.eq(~open_overflow & (ahead | (tap.settled & (tap.logged <= capacity)))),
+            seq.log_fits.eq(~open_overflow & Mux(ahead, ahead_closed,
+                                                 tap.settled & (tap.logged <= capacity))),
             seq.own_outstanding.eq(seal_counts),
             seq.engine_outstanding.eq(join.engine_outstanding),
             seq.own_error.eq(join.own_error),
             seq.engine_done.eq(self.engine_done.valid & self.engine_done.ready),
             seq.engine_failed.eq(self.engine_done.payload.error != ErrorCode.NONE),
-            log.flush.eq(seq.flush | self.gpf | ahead_flush),
+            log.flush.eq(seq.flush | self.gpf | switch_pending),
         ]
 
         # --- own writes: the sequencer's, the controller's (records, restores), else the log's -
@@ -814,21 +863,24 @@ class CheckpointEngine(wiring.Component):
 
             # --- LOOKUP(N + 1), relaxed: deferred in the engine, logged ahead or not -----------
             with m.State("AheadClose"):
-                # Batch N's log is complete: its last entries and header are issued, and its
-                # count is kept for UPDATE(N)'s flag; then the log of N + 1 starts.
-                m.d.comb += [phase.eq(CheckpointPhase.LOOKUP), ahead_flush.eq(1)]
-                with m.If(entries_empty & log.sealed):
+                # The tap starts batch N + 1 at once; batch N's log closes behind it, when the
+                # log writer has issued N's last entries and header (``switch_pending``): its
+                # count is kept for UPDATE(N)'s flag, and N + 1's entries follow.
+                m.d.comb += phase.eq(CheckpointPhase.LOOKUP)
+                with m.If(~ahead):
+                    # Every entry of LOOKUP(N) is in the buffer (and no earlier switch waits).
+                    with m.If(tap.settled & ~switch_pending):
+                        # The tap's previous filter is batch N's (its log's): the lines
+                        # UPDATE(N) rewrites are logged by the write tap only.
+                        m.d.comb += [tap.start.eq(1), tap.skip_previous.eq(1)]
+                        m.d.sync += [tap_generation.eq(~tap_generation), switch_pending.eq(1),
+                                     ahead_batch.eq(batch), ahead.eq(1), ahead_cut.eq(0)]
+                        m.next = "AheadExtents"
+                with m.Elif(entries_empty & log.sealed):
+                    # A failed deferred LOOKUP sent again: its log starts over (N's is
+                    # closed), and its previous filter is its own, so nothing is skipped.
                     start_logging(batch)
-                    # The tap's previous filter is batch N's (its log's): the lines UPDATE(N)
-                    # rewrites are logged by the write tap only. (Not when a failed deferred
-                    # LOOKUP is sent again: the previous filter is then its own.)
-                    m.d.comb += tap.skip_previous.eq(~ahead)
-                    m.d.sync += [ahead.eq(1), ahead_cut.eq(0)]
-                    with m.If(~ahead):   # (else a failed deferred LOOKUP is being sent again)
-                        m.d.sync += [held_count.eq(log.count),
-                                     held_overflow.eq(log.overflow | log_cut),
-                                     closed_log_writes.eq(own_count[OwnWrite.LOG.value]
-                                                          - log_completed)]
+                    m.d.sync += ahead_cut.eq(0)
                     m.next = "AheadExtents"
             with m.State("AheadExtents"):
                 forward_once_tap_is_ready(CheckpointPhase.LOOKUP, "DeferredRun")

@@ -107,7 +107,10 @@ class LookupTap(wiring.Component):
     settled : ``Out(1)``
         No read beat is between the R channel and the buffer (``dropped`` is final for the
         beats seen so far).
-    entries : ``Out(stream.Signature({"line": addr_width - 6, "data": 512}))``
+    entries : ``Out(stream.Signature({"line": addr_width - 6, "data": 512, "generation": 1}))``
+    generation : ``In(1)``
+        Copied into each entry as it enters the buffer: which of two batches in flight the
+        entry's log is (the buffer may still hold the previous batch's after ``start``).
     empty : ``Out(1)``
         No entry in the pipeline or the buffer.
     logged, duplicates : ``Out(32)``
@@ -136,7 +139,8 @@ class LookupTap(wiring.Component):
         self._buffer_depth = buffer_depth
         self._dedup_entries = dedup_entries
         law = addr_width - 6
-        self.entry_layout = data.StructLayout({"line": unsigned(law), "data": unsigned(LINE_BITS)})
+        self.entry_layout = data.StructLayout({
+            "line": unsigned(law), "data": unsigned(LINE_BITS), "generation": 1})
         super().__init__({
             "tables": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
             "table_count": In(8),
@@ -153,6 +157,7 @@ class LookupTap(wiring.Component):
             "dropped": Out(1),
             "settled": Out(1),
             "entries": Out(stream.Signature(self.entry_layout)),
+            "generation": In(1),
             "empty": Out(1),
             "logged": Out(32),
             "duplicates": Out(32),
@@ -386,7 +391,7 @@ class LookupTap(wiring.Component):
             m.d.sync += logged.eq(logged + 1)
         m.d.comb += self.ready.eq(~computing & ~picked_valid & ~spanned_valid & ~sweeping
                                   & ~self.start)
-        m.d.comb += [buffer.w_en.eq(push), buffer.w_data.eq(Cat(s4_line, s4_data))]
+        m.d.comb += [buffer.w_en.eq(push), buffer.w_data.eq(Cat(s4_line, s4_data, self.generation))]
 
         entry = data.View(self.entry_layout, buffer.r_data)
         m.d.comb += [

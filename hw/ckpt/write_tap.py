@@ -38,13 +38,16 @@ class UpdateWriteTap(wiring.Component):
     enable : ``In(1)``
         Observe writes (hold it for a whole UPDATE: from before its first write is taken to
         after its last).
+    generation : ``In(1)``
+        Copied into each entry: which of two batches in flight the entry's log is
+        (:class:`~hw.ckpt.engine.CheckpointEngine` routes the entries by it).
     w_fire : ``In(1)``; w_line : ``In(addr_width - 6)``; w_data : ``In(512)``
         The join took an engine write of ``w_data`` to line ``w_line``.
     w_hold : ``Out(1)``
         Do not let the join take an engine write.
     member_line : ``Out(addr_width - 6)``; member_hit : ``In(1)``
         To and from the lookup tap (the answer comes a cycle after the question).
-    entries : ``Out(stream.Signature({"line": addr_width - 6, "data": 512}))``
+    entries : ``Out(stream.Signature({"line": addr_width - 6, "data": 512, "generation": 1}))``
     empty : ``Out(1)``
         No entry in the pipeline or the buffer.
     """
@@ -56,9 +59,11 @@ class UpdateWriteTap(wiring.Component):
         self._addr_width = addr_width
         self._buffer_depth = buffer_depth
         law = addr_width - 6
-        self.entry_layout = data.StructLayout({"line": unsigned(law), "data": unsigned(LINE_BITS)})
+        self.entry_layout = data.StructLayout({
+            "line": unsigned(law), "data": unsigned(LINE_BITS), "generation": 1})
         super().__init__({
             "enable": In(1),
+            "generation": In(1),
             "w_fire": In(1),
             "w_line": In(law),
             "w_data": In(LINE_BITS),
@@ -81,15 +86,16 @@ class UpdateWriteTap(wiring.Component):
         s1_valid = Signal()
         s1_line = Signal(law)
         s1_data = Signal(LINE_BITS)
+        s1_generation = Signal()
         m.d.comb += self.member_line.eq(self.w_line)
         m.d.sync += [s1_valid.eq(self.w_fire & self.enable), s1_line.eq(self.w_line),
-                     s1_data.eq(self.w_data)]
+                     s1_data.eq(self.w_data), s1_generation.eq(self.generation)]
 
         m.submodules.buffer = buffer = fifo.SyncFIFOBuffered(
             width=self.entry_layout.size, depth=self._buffer_depth)
         m.d.comb += [
             buffer.w_en.eq(s1_valid & self.member_hit),
-            buffer.w_data.eq(Cat(s1_line, s1_data)),
+            buffer.w_data.eq(Cat(s1_line, s1_data, s1_generation)),
             # Room for the write in stage 1 and one more taken this cycle.
             self.w_hold.eq(self.enable & (buffer.level > self._buffer_depth - 2)),
             self.entries.valid.eq(buffer.r_rdy),

@@ -208,6 +208,80 @@ def test_update_before_a_log_ahead_seals_without_waiting_for_the_next_batchs_log
     simulate_with_monitor(rig, host, write_monitor(ckpt, writes, responses), script)
 
 
+def test_a_lookup_logged_ahead_starts_while_the_open_batchs_log_drains():
+    """LOOKUP(1), logged ahead, goes to the engine while batch 0's log still drains on a slow
+    memory: the tap takes its entries behind batch 0's, and the log writer moves to batch 1's
+    area only after batch 0's last entry and header. Each area holds its own batch's entries,
+    batch 0's flag counts its own, and a failed UPDATE(1) rolls back to UPDATE(0)'s tables."""
+    rig, script = _rig_and_script()
+    ckpt, memory = rig.ckpt, rig.memory
+    fresh = [TABLE_LINE + 7, TABLE1_LINE + 20]   # read by batch 1 only
+    base = ckpt.engine_id_limit
+    writes = []       # (cycle, kind or None, line) at the memory's AW
+    lookup_1 = []     # the cycle LOOKUP(1) went to the engine
+
+    async def monitor(ctx):
+        cycle = 0
+        async for _, _, awv, awr, awid, awaddr, cv, cr, payload in ctx.tick().sample(
+                ckpt.axi.awvalid, ckpt.axi.awready, ckpt.axi.awid, ckpt.axi.awaddr,
+                ckpt.engine_cmd.valid, ckpt.engine_cmd.ready, ckpt.engine_cmd.payload):
+            cycle += 1
+            if awv and awr:
+                writes.append((cycle, awid - base if awid >= base else None, awaddr // 64))
+            if cv and cr and payload.opcode == Opcode.LOOKUP and payload.batch == 1:
+                lookup_1.append(cycle)
+
+    async def host(ctx):
+        before, _ = await open_device(ctx, ckpt, memory, LogMode.ON_LOOKUP)
+        ctx.set(ckpt.relaxed, 1)
+        slow_writes(ctx, memory, den=40)
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.log_pending) == 1
+        script.lookup_lines = LOOKUP_LINES + fresh
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 1)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.lookup_deferred) == 1 and ctx.get(ckpt.log_batch) == 0
+        assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.last_committed) == 0 and ctx.get(ckpt.log_batch) == 1
+        meta = await read_meta(ctx, memory)
+        assert meta["flag0"][0] and meta["flag0"][1].entries == len(LOGGED)
+        header, data = await read_group(ctx, memory, area=0, group=0)
+        assert header.batch == 0 and header.count == len(LOGGED)
+        assert [(int(header.lines[k]), data[k]) for k in range(header.count)] == \
+            [(line, before[line]) for line in LOGGED]
+
+        script.salt, script.update_error = 200, True
+        status = await command(ctx, ckpt, Opcode.UPDATE, 1)
+        assert status.error == ErrorCode.BUS_ERROR
+        expected = ([(line, before[line]) for line in fresh]
+                    + [(line, line_value(line, 100).to_bytes(64, "little"))
+                       for line in UPDATE_LINES])
+        logged = []
+        for group in range(-(-len(expected) // 7)):   # (7 entries per group)
+            header, data = await read_group(ctx, memory, area=1, group=group)
+            assert header.batch == 1
+            logged += [(int(header.lines[k]), data[k]) for k in range(header.count)]
+        assert logged == expected
+        script.update_error = False
+        assert (await command(ctx, ckpt, Opcode.RECOVER, 0)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.last_committed) == 0 and ctx.get(ckpt.rolled_back) == 1
+        after = await table_image(ctx, memory)
+        for line, value in after.items():
+            wanted = (line_value(line, 100).to_bytes(64, "little") if line in UPDATE_LINES
+                      else before[line])
+            assert value == wanted, f"line {line}"
+
+        area_1 = LOG_LINE + LOG_LINES // 2
+        log_writes = [(c, line) for c, kind, line in writes if kind == OwnWrite.LOG.value]
+        last_of_batch_0 = max(c for c, line in log_writes if line < area_1)
+        first_of_batch_1 = min(c for c, line in log_writes if line >= area_1)
+        # LOOKUP(1) started before batch 0's log had left the buffer; the writer finished
+        # batch 0's area before it began batch 1's.
+        assert lookup_1 and lookup_1[0] < last_of_batch_0
+        assert last_of_batch_0 < first_of_batch_1
+
+    simulate_with_monitor(rig, host, monitor, script)
+
+
 def test_a_failed_update_ends_the_deferral_and_recover_forgets_it():
     rig, script = _rig_and_script()
     ckpt, memory = rig.ckpt, rig.memory

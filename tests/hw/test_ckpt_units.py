@@ -325,10 +325,12 @@ def test_tap_filter_is_exact_for_back_to_back_repeats():
 def test_write_tap_logs_the_member_writes_in_order_under_back_pressure(seed):
     """Writes taken whenever the tap does not hold them, its membership answered a cycle
     later (members: even lines), the log taking entries at random: every member write
-    becomes one entry, in order, and none is lost while the buffer is full."""
+    becomes one entry, in order, with the generation it was taken in, and none is lost while
+    the buffer is full."""
     dut = UpdateWriteTap(addr_width=20)
     draw = random.Random(seed)
-    writes = [(draw.randrange(1 << 14), draw.getrandbits(512)) for _ in range(200)]
+    writes = [(draw.randrange(1 << 14), draw.getrandbits(512), index // 50 % 2)
+              for index in range(200)]
     entries = []
 
     async def testbench(ctx):
@@ -345,18 +347,20 @@ def test_write_tap_logs_the_member_writes_in_order_under_back_pressure(seed):
             if offer:
                 ctx.set(dut.w_line, queue[0][0])
                 ctx.set(dut.w_data, queue[0][1])
+                ctx.set(dut.generation, queue[0][2])
             ctx.set(dut.entries.ready, int(draw.random() < 0.3))
             asked = ctx.get(dut.member_line) if fire else None
             _, _, valid, ready, payload = await ctx.tick().sample(
                 dut.entries.valid, dut.entries.ready, dut.entries.payload)
             if valid and ready:
-                entries.append((int(payload.line), int(payload.data)))
+                entries.append((int(payload.line), int(payload.data),
+                                int(payload.generation)))
             if fire:
                 queue.pop(0)
             idle = idle + 1 if not queue and ctx.get(dut.empty) else 0
 
     run(dut, testbench)
-    assert entries == [(line, value) for line, value in writes if line % 2 == 0], f"seed {seed}"
+    assert entries == [write for write in writes if write[0] % 2 == 0], f"seed {seed}"
 
 
 def test_write_tap_checks_its_buffer_depth():
