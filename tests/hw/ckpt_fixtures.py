@@ -324,16 +324,15 @@ def simulate_script(rig, script, host):
     simulate(rig, host, processes=[engine])
 
 
-def simulate_with_monitor(rig, host, monitor, script):
+def simulate_with_monitor(rig, host, monitor, script, *more_monitors):
+    """As :func:`simulate_script`, with ``monitor`` (and ``more_monitors``) running
+    alongside: each a process function of ``ctx``."""
     ckpt = rig.ckpt
 
     async def engine(ctx):
         await fake_engine(ctx, ckpt, script)
 
-    async def watch(ctx):
-        await monitor(ctx)
-
-    simulate(rig, host, processes=[engine, watch])
+    simulate(rig, host, processes=[engine, monitor, *more_monitors])
 
 
 def write_monitor(ckpt, writes, responses):

@@ -102,6 +102,40 @@ def test_relaxed_lookup_runs_ahead_unlogged_and_is_logged_after_the_update():
     simulate_with_monitor(rig, host, _relaxed_monitor(ckpt, forwarded), script)
 
 
+async def _fail_update_1_and_roll_back(ctx, rig, script, before, fresh):
+    """After a committed UPDATE(0) whose LOOKUP(1) was logged ahead (LOOKUP(1) read
+    ``fresh`` besides batch 0's lines): batch 1's log holds LOOKUP(1)'s reads of ``fresh`` (as
+    before UPDATE(0)), then UPDATE(0)'s writes of the lines LOOKUP(1) read too (all of them),
+    and a failed UPDATE(1) rolls back to the tables as UPDATE(0) left them."""
+    ckpt, memory = rig.ckpt, rig.memory
+    script.salt, script.update_error = 200, True
+    script.update_lines = UPDATE_LINES + fresh[:1]
+    status = await command(ctx, ckpt, Opcode.UPDATE, 1)
+    assert status.error == ErrorCode.BUS_ERROR
+    assert await backdoor_read(ctx, memory, UPDATE_LINES[0]) == \
+        line_value(UPDATE_LINES[0], 200).to_bytes(64, "little")
+    # (UPDATE(1) sealed the log: the partial group's header is written.)
+    expected = ([(line, before[line]) for line in fresh]
+                + [(line, line_value(line, 100).to_bytes(64, "little"))
+                   for line in UPDATE_LINES])
+    logged = []
+    for group in range(-(-len(expected) // 7)):   # (7 entries per group)
+        header, data = await read_group(ctx, memory, area=1, group=group)
+        assert header.batch == 1
+        logged += [(int(header.lines[k]), data[k]) for k in range(header.count)]
+    assert logged == expected
+
+    script.update_error = False
+    assert (await command(ctx, ckpt, Opcode.RECOVER, 0)).error == ErrorCode.NONE
+    assert ctx.get(ckpt.last_committed) == 0 and ctx.get(ckpt.rolled_back) == 1
+    assert ctx.get(ckpt.restored_entries) == len(fresh) + len(UPDATE_LINES)
+    after = await table_image(ctx, memory)
+    for line, value in after.items():
+        wanted = (line_value(line, 100).to_bytes(64, "little") if line in UPDATE_LINES
+                  else before[line])
+        assert value == wanted, f"line {line}"
+
+
 def test_relaxed_lookup_is_logged_ahead_and_rolls_back_to_the_update_before_it():
     """``ON_LOOKUP``: LOOKUP(1)'s reads of lines batch 0 did not log go into batch 1's log
     while batch 0 is open, UPDATE(0) appends the new values of the lines both batches touch,
@@ -137,32 +171,7 @@ def test_relaxed_lookup_is_logged_ahead_and_rolls_back_to_the_update_before_it()
         # UPDATE(0)'s writes of the lines LOOKUP(1) read too (all of them).
         assert ctx.get(ckpt.log_entries) == len(fresh) + len(UPDATE_LINES)
         assert ctx.get(ckpt.counters.log_entries) == 2 * len(LOGGED) + len(fresh)
-        script.salt, script.update_error = 200, True
-        script.update_lines = UPDATE_LINES + fresh[:1]
-        status = await command(ctx, ckpt, Opcode.UPDATE, 1)
-        assert status.error == ErrorCode.BUS_ERROR
-        assert await backdoor_read(ctx, memory, UPDATE_LINES[0]) == \
-            line_value(UPDATE_LINES[0], 200).to_bytes(64, "little")
-        # (UPDATE(1) sealed the log: the partial group's header is written.)
-        expected = ([(line, before[line]) for line in fresh]
-                    + [(line, line_value(line, 100).to_bytes(64, "little"))
-                       for line in UPDATE_LINES])
-        logged = []
-        for group in range(-(-len(expected) // 7)):   # (7 entries per group)
-            header, data = await read_group(ctx, memory, area=1, group=group)
-            assert header.batch == 1
-            logged += [(int(header.lines[k]), data[k]) for k in range(header.count)]
-        assert logged == expected
-
-        script.update_error = False
-        assert (await command(ctx, ckpt, Opcode.RECOVER, 0)).error == ErrorCode.NONE
-        assert ctx.get(ckpt.last_committed) == 0 and ctx.get(ckpt.rolled_back) == 1
-        assert ctx.get(ckpt.restored_entries) == len(fresh) + len(UPDATE_LINES)
-        after = await table_image(ctx, memory)
-        for line, value in after.items():
-            wanted = (line_value(line, 100).to_bytes(64, "little") if line in UPDATE_LINES
-                      else before[line])
-            assert value == wanted, f"line {line}"
+        await _fail_update_1_and_roll_back(ctx, rig, script, before, fresh)
         assert forwarded == [(Opcode.LOOKUP, 0, 0), (Opcode.LOOKUP, 1, 1),
                              (Opcode.UPDATE, 0, 0), (Opcode.UPDATE, 1, 0)]
 
@@ -216,19 +225,15 @@ def test_a_lookup_logged_ahead_starts_while_the_open_batchs_log_drains():
     rig, script = _rig_and_script()
     ckpt, memory = rig.ckpt, rig.memory
     fresh = [TABLE_LINE + 7, TABLE1_LINE + 20]   # read by batch 1 only
-    base = ckpt.engine_id_limit
     writes = []       # (cycle, kind or None, line) at the memory's AW
-    lookup_1 = []     # the cycle LOOKUP(1) went to the engine
+    lookup_1 = []     # the cycle LOOKUP(1) went to the engine (counted as write_monitor does)
 
-    async def monitor(ctx):
+    async def command_monitor(ctx):
         cycle = 0
-        async for _, _, awv, awr, awid, awaddr, cv, cr, payload in ctx.tick().sample(
-                ckpt.axi.awvalid, ckpt.axi.awready, ckpt.axi.awid, ckpt.axi.awaddr,
+        async for _, _, valid, ready, payload in ctx.tick().sample(
                 ckpt.engine_cmd.valid, ckpt.engine_cmd.ready, ckpt.engine_cmd.payload):
             cycle += 1
-            if awv and awr:
-                writes.append((cycle, awid - base if awid >= base else None, awaddr // 64))
-            if cv and cr and payload.opcode == Opcode.LOOKUP and payload.batch == 1:
+            if valid and ready and payload.opcode == Opcode.LOOKUP and payload.batch == 1:
                 lookup_1.append(cycle)
 
     async def host(ctx):
@@ -249,26 +254,7 @@ def test_a_lookup_logged_ahead_starts_while_the_open_batchs_log_drains():
         assert [(int(header.lines[k]), data[k]) for k in range(header.count)] == \
             [(line, before[line]) for line in LOGGED]
 
-        script.salt, script.update_error = 200, True
-        status = await command(ctx, ckpt, Opcode.UPDATE, 1)
-        assert status.error == ErrorCode.BUS_ERROR
-        expected = ([(line, before[line]) for line in fresh]
-                    + [(line, line_value(line, 100).to_bytes(64, "little"))
-                       for line in UPDATE_LINES])
-        logged = []
-        for group in range(-(-len(expected) // 7)):   # (7 entries per group)
-            header, data = await read_group(ctx, memory, area=1, group=group)
-            assert header.batch == 1
-            logged += [(int(header.lines[k]), data[k]) for k in range(header.count)]
-        assert logged == expected
-        script.update_error = False
-        assert (await command(ctx, ckpt, Opcode.RECOVER, 0)).error == ErrorCode.NONE
-        assert ctx.get(ckpt.last_committed) == 0 and ctx.get(ckpt.rolled_back) == 1
-        after = await table_image(ctx, memory)
-        for line, value in after.items():
-            wanted = (line_value(line, 100).to_bytes(64, "little") if line in UPDATE_LINES
-                      else before[line])
-            assert value == wanted, f"line {line}"
+        await _fail_update_1_and_roll_back(ctx, rig, script, before, fresh)
 
         area_1 = LOG_LINE + LOG_LINES // 2
         log_writes = [(c, line) for c, kind, line in writes if kind == OwnWrite.LOG.value]
@@ -279,7 +265,7 @@ def test_a_lookup_logged_ahead_starts_while_the_open_batchs_log_drains():
         assert lookup_1 and lookup_1[0] < last_of_batch_0
         assert last_of_batch_0 < first_of_batch_1
 
-    simulate_with_monitor(rig, host, monitor, script)
+    simulate_with_monitor(rig, host, write_monitor(ckpt, writes, []), script, command_monitor)
 
 
 def test_a_failed_update_ends_the_deferral_and_recover_forgets_it():
