@@ -20,6 +20,7 @@ from ckpt_fixtures import (
     line_value,
     lookups_and_updates,
     open_device,
+    power_cycle,
     read_group,
     read_meta,
     simulate_with_monitor,
@@ -28,7 +29,7 @@ from ckpt_fixtures import (
     write_monitor,
 )
 
-from hw.ckpt.layouts import CheckpointError, CheckpointPhase, LogMode, OwnWrite
+from hw.ckpt.layouts import NO_BATCH, CheckpointError, CheckpointPhase, LogMode, OwnWrite
 from hw.emb.layouts import ErrorCode, Opcode
 
 
@@ -266,6 +267,42 @@ def test_a_lookup_logged_ahead_starts_while_the_open_batchs_log_drains():
         assert last_of_batch_0 < first_of_batch_1
 
     simulate_with_monitor(rig, host, write_monitor(ckpt, writes, []), script, command_monitor)
+
+
+def test_gpf_while_the_open_batchs_log_drains_behind_a_lookup_logged_ahead():
+    """A power-fail warning while batch 0's log still drains and LOOKUP(1)'s entries wait
+    behind it: the drain finishes both (batch 0's log, then batch 1's), and after the power
+    cycle RECOVER finds nothing committed, the tables untouched, and training starts again."""
+    rig, script = _rig_and_script()
+    ckpt, memory = rig.ckpt, rig.memory
+    fresh = [TABLE_LINE + 7, TABLE1_LINE + 20]
+
+    async def host(ctx):
+        before, _ = await open_device(ctx, ckpt, memory, LogMode.ON_LOOKUP)
+        ctx.set(ckpt.relaxed, 1)
+        slow_writes(ctx, memory, den=40)
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
+        script.lookup_lines = LOOKUP_LINES + fresh
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 1)).error == ErrorCode.NONE
+        # Batch 0's log is not closed yet: its count is still the writer's, short of LOGGED.
+        assert ctx.get(ckpt.log_entries) < len(LOGGED)
+        ctx.set(ckpt.gpf, 1)
+        await ctx.tick().until(ckpt.gpf_done)
+        assert ctx.get(ckpt.log_pending) == 0 and ctx.get(memory.pending) == 0
+        header, _ = await read_group(ctx, memory, area=0, group=0)
+        assert header.batch == 0 and header.count == len(LOGGED)
+        header, _ = await read_group(ctx, memory, area=1, group=0)
+        assert header.batch == 1 and header.count == len(fresh)
+        await power_cycle(ctx, rig)
+        ctx.set(ckpt.gpf, 0)
+        assert (await command(ctx, ckpt, Opcode.RECOVER, 0)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.last_committed) == NO_BATCH and ctx.get(ckpt.rolled_back) == 0
+        assert await table_image(ctx, memory) == before
+        assert (await command(ctx, ckpt, Opcode.LOOKUP, 0)).error == ErrorCode.NONE
+        assert (await command(ctx, ckpt, Opcode.UPDATE, 0)).error == ErrorCode.NONE
+        assert ctx.get(ckpt.last_committed) == 0
+
+    simulate_with_monitor(rig, host, _relaxed_monitor(ckpt, []), script)
 
 
 def test_a_failed_update_ends_the_deferral_and_recover_forgets_it():
