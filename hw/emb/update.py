@@ -686,6 +686,14 @@ class UpdateEngine(wiring.Component):
             if hasattr(status, "bag"):
                 m.d.sync += [error_bag.eq(status.bag), error_position.eq(status.position)]
 
+        def after_correction_pass():
+            """The chunk's correction is done: the next chunk, or the flush after the last."""
+            with m.If(last_chunk):
+                m.next = "Flush"
+            with m.Else():
+                m.d.comb += unique.clear.eq(1)
+                m.next = "Accumulate"
+
         walk_failed = walker.status.done & (walker.status.error != ErrorCode.NONE)
         if relaxed:
             deferred_walk_failed = (deferred_walker.status.done &
@@ -876,11 +884,7 @@ class UpdateEngine(wiring.Component):
                         with m.If(pass_first_table >= deferred.tables):
                             # Batch N+1 has fewer tables than batch N and an earlier pass
                             # finished its last one: nothing is left to correct.
-                            with m.If(last_chunk):
-                                m.next = "Flush"
-                            with m.Else():
-                                m.d.comb += unique.clear.eq(1)
-                                m.next = "Accumulate"
+                            after_correction_pass()
                         with m.Else():
                             start_deferred_walk(WalkMode.UPDATE)
                             m.d.comb += corrector.start.eq(1)
@@ -894,11 +898,7 @@ class UpdateEngine(wiring.Component):
                         m.next = "Drain"
                     with m.Elif(corrector.done & datapath.correction_idle):
                         m.d.sync += pass_first_table.eq(boundary_table)
-                        with m.If(last_chunk):
-                            m.next = "Flush"
-                        with m.Else():
-                            m.d.comb += unique.clear.eq(1)
-                            m.next = "Accumulate"
+                        after_correction_pass()
 
             with m.State("Flush"):
                 with m.If(bus_error):
