@@ -420,14 +420,11 @@ class CheckpointEngine(wiring.Component):
                       & ~tap_holds_write_batch)
         take_tap = tap.entries.valid & (tap_head.generation == log_generation)
         with m.If(take_write):
-            m.d.comb += [log.entries.valid.eq(1), write_tap.entries.ready.eq(log.entries.ready),
-                         log.entries.payload.line.eq(write_head.line),
-                         log.entries.payload.data.eq(write_head.data)]
+            m.d.comb += [log.entries.valid.eq(1), log.entries.payload.eq(write_head),
+                         write_tap.entries.ready.eq(log.entries.ready)]
         with m.Else():
-            m.d.comb += [log.entries.valid.eq(take_tap), tap.entries.ready.eq(
-                             log.entries.ready & take_tap),
-                         log.entries.payload.line.eq(tap_head.line),
-                         log.entries.payload.data.eq(tap_head.data)]
+            m.d.comb += [log.entries.valid.eq(take_tap), log.entries.payload.eq(tap_head),
+                         tap.entries.ready.eq(log.entries.ready & take_tap)]
         # Entries of the log writer's batch remain (the write tap's stage holds one only while
         # its UPDATE runs, so that one is of the writer's batch).
         old_entries = (take_tap | (~tap.settled & (tap_generation == log_generation))
@@ -538,7 +535,6 @@ class CheckpointEngine(wiring.Component):
         ahead_cut = Signal()       # GPF stopped the tap during the deferred LOOKUP
         held_count = Signal(32)
         held_overflow = Signal()
-        ahead_batch = Signal(32)   # N + 1
         update_forwarded = Signal()  # the running UPDATE reached the engine
         snap_valid = Signal(2)
         snap_batch = Signal(data.ArrayLayout(unsigned(32), 2))
@@ -575,7 +571,7 @@ class CheckpointEngine(wiring.Component):
         # Log-ahead: batch N's log closes once none of its entries waits and its last header
         # is issued; the log writer then moves on to N + 1's area, whose entries waited.
         with m.If(switch_pending & ~old_entries & log.sealed):
-            start_log_writer(ahead_batch)
+            start_log_writer((log_batch + 1)[:32])   # N + 1 (batch N is still the open one)
             m.d.sync += [switch_pending.eq(0), log_generation.eq(tap_generation),
                          held_count.eq(log.count), held_overflow.eq(log.overflow | log_cut),
                          closed_log_writes.eq(own_count[OwnWrite.LOG.value] - log_completed)]
@@ -874,7 +870,7 @@ class CheckpointEngine(wiring.Component):
                         # UPDATE(N) rewrites are logged by the write tap only.
                         m.d.comb += [tap.start.eq(1), tap.skip_previous.eq(1)]
                         m.d.sync += [tap_generation.eq(~tap_generation), switch_pending.eq(1),
-                                     ahead_batch.eq(batch), ahead.eq(1), ahead_cut.eq(0)]
+                                     ahead.eq(1), ahead_cut.eq(0)]
                         m.next = "AheadExtents"
                 with m.Elif(entries_empty & log.sealed):
                     # A failed deferred LOOKUP sent again: its log starts over (N's is

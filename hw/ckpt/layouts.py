@@ -60,6 +60,7 @@ __all__ = [
     "MetaLine",
     "OwnWrite",
     "checksum",
+    "log_entry_layout",
     "pack",
     "record_valid",
     "unpack",
@@ -199,6 +200,13 @@ GROUP_HEADER_LAYOUT = data.StructLayout({
     "lines": data.ArrayLayout(unsigned(64), ENTRIES_PER_GROUP),  # line addresses (byte >> 6)
 })
 GROUP_MAGIC = 0x4C47  # "GL"
+
+
+def log_entry_layout(line_address_width: int) -> data.StructLayout:
+    """An undo-log entry on its way to the log writer: the line, its data, and the generation
+    bit of the batch whose log it is (two batches' entries may be buffered at once)."""
+    return data.StructLayout({"line": unsigned(line_address_width),
+                              "data": unsigned(LINE_BITS), "generation": 1})
 
 MAGICS = {
     SUPERBLOCK_LAYOUT: SUPERBLOCK_MAGIC, COMMIT_LAYOUT: COMMIT_MAGIC, FLAG_LAYOUT: FLAG_MAGIC,

@@ -19,6 +19,7 @@ from .layouts import (
     GROUP_MAGIC,
     LINE_BITS,
     OwnWrite,
+    log_entry_layout,
 )
 
 __all__ = ["LogWriter"]
@@ -31,8 +32,9 @@ class LogWriter(wiring.Component):
 
     Members
     -------
-    entries : ``In(stream.Signature({"line", "data"}))``
-        From :class:`~hw.ckpt.tap.LookupTap`.
+    entries : ``In(stream.Signature(log_entry_layout(addr_width - 6)))``
+        From :class:`~hw.ckpt.tap.LookupTap` or :class:`~hw.ckpt.write_tap.UpdateWriteTap`
+        (the generation is the engine's to route by; it is not written).
     start : ``In(1)``
         Begin a batch: ``batch``, ``area`` (first line of the area) and ``capacity`` (entries
         that fit) are taken; the count restarts at 0.
@@ -51,8 +53,7 @@ class LogWriter(wiring.Component):
     def __init__(self, *, addr_width):
         self._law = addr_width - 6
         super().__init__({
-            "entries": In(stream.Signature(data.StructLayout({
-                "line": unsigned(self._law), "data": unsigned(LINE_BITS)}))),
+            "entries": In(stream.Signature(log_entry_layout(self._law))),
             "start": In(1),
             "batch": In(32),
             "area": In(self._law),

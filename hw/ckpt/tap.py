@@ -47,7 +47,7 @@ from amaranth.utils import exact_log2
 
 from hw.emb.layouts import table_layout
 
-from .layouts import LINE_BITS
+from .layouts import LINE_BITS, log_entry_layout
 
 __all__ = ["LookupTap", "fold"]
 
@@ -139,8 +139,7 @@ class LookupTap(wiring.Component):
         self._buffer_depth = buffer_depth
         self._dedup_entries = dedup_entries
         law = addr_width - 6
-        self.entry_layout = data.StructLayout({
-            "line": unsigned(law), "data": unsigned(LINE_BITS), "generation": 1})
+        self.entry_layout = log_entry_layout(law)
         super().__init__({
             "tables": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
             "table_count": In(8),

@@ -14,11 +14,11 @@ cycle later, and the entry then goes into a small buffer, so writes are held (``
 the buffer may not have room for the one in flight and the next.
 """
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .layouts import LINE_BITS
+from .layouts import LINE_BITS, log_entry_layout
 
 __all__ = ["UpdateWriteTap"]
 
@@ -59,8 +59,7 @@ class UpdateWriteTap(wiring.Component):
         self._addr_width = addr_width
         self._buffer_depth = buffer_depth
         law = addr_width - 6
-        self.entry_layout = data.StructLayout({
-            "line": unsigned(law), "data": unsigned(LINE_BITS), "generation": 1})
+        self.entry_layout = log_entry_layout(law)
         super().__init__({
             "enable": In(1),
             "generation": In(1),
