@@ -10,8 +10,11 @@ once per chunk, where a chunk closes just before the occurrence that would bring
 How a command runs
 ------------------
 1. **Check** the descriptors and buffers (:mod:`.update_checks`): no memory access yet.
-2. **Validate**: walk all offsets, then all indices (:mod:`.update_walker`). Any bad offset
-   or index ends the command here, so a bad command modifies no row.
+2. **Validate**: walk all offsets (:mod:`.update_walker`), noting where each table's indices
+   start, then check the indices a line (16) per cycle
+   (:class:`~.validate.IndexValidator`, the lookup engine's). Only if that finds a bad index
+   does the walker walk the indices too, to name the bag as well as the position. Any bad
+   offset or index ends the command here, so a bad command modifies no row.
 3. **Accumulate** a chunk: walk again; each occurrence asks for its gradient lines and waits
    in a queue (as many occurrences as gradient reads may be in flight, so the requests run a
    read latency ahead and the memory's bandwidth, not its latency, sets the pace), then gets a
@@ -69,10 +72,11 @@ from .update_checks import CommandChecker
 from .update_correct import CorrectionSequencer
 from .update_datapath import UpdateDatapath
 from .update_fetch import GradientFetch, RowFetch, chunk_occurrence_layout
-from .update_reads import ReadRouter, WordReader
+from .update_reads import LineRequester, ReadRouter, WordReader
 from .update_rows import UniqueRows
 from .update_walker import OccurrenceWalker, WalkMode
 from .update_writes import WriteQueue
+from .validate import IndexValidator
 
 __all__ = ["UpdateEngine"]
 
@@ -457,6 +461,12 @@ class UpdateEngine(wiring.Component):
             wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)
         writes = per_command("writes", WriteQueue(
             line_address_width=line_address_width, max_outstanding=_MAX_OUTSTANDING_WRITES))
+        # The fast index check reads the index lines through the rows' source: rows are
+        # read only in a chunk's apply, after the validation.
+        index_validator = per_command("index_validator", IndexValidator(
+            max_tables=self._max_tables, addr_width=aw))
+        index_lines = per_command("index_lines", LineRequester(
+            line_address_width=line_address_width))
 
         # The command, latched when accepted.
         command = Signal(command_layout(aw))
@@ -612,8 +622,40 @@ class UpdateEngine(wiring.Component):
             row_fetch.key.eq(unique.key),
             row_fetch.count.eq(unique.count),
         ]
-        wiring.connect(m, row_fetch.request, router.rows_request)
-        wiring.connect(m, router.rows_response, datapath.rows)
+        # While `checking` the rows' source reads index lines (for the index check).
+        checking = checking_index_lines = Signal()
+        rows_request, rows_response = router.rows_request, router.rows_response
+        requests = index_lines.request
+        m.d.comb += [
+            rows_request.valid.eq(Mux(checking, requests.valid, row_fetch.request.valid)),
+            rows_request.payload.eq(Mux(checking, requests.payload, row_fetch.request.payload)),
+            requests.ready.eq(checking & rows_request.ready),
+            row_fetch.request.ready.eq(~checking & rows_request.ready),
+            index_validator.lines.valid.eq(checking & rows_response.valid),
+            datapath.rows.valid.eq(~checking & rows_response.valid),
+            rows_response.ready.eq(Mux(checking, index_validator.lines.ready,
+                                       datapath.rows.ready)),
+            datapath.rows.payload.eq(rows_response.payload),
+            index_validator.lines.payload.eq(rows_response.payload),
+        ]
+
+        # Where each of the command's tables starts in its indices (its offsets walk says), for
+        # the index check; the tables after the last end where the indices do.
+        index_starts = Array(Signal(32, name=f"index_start_{t}")
+                             for t in range(self._max_tables))
+        with m.If(walker.started):
+            m.d.sync += index_starts[walker.started_table].eq(walker.started_position)
+        m.d.comb += [
+            index_validator.tables.eq(self.tables),
+            index_validator.num_indices.eq(command.num_indices),
+            index_lines.base.eq(command.indices >> 6),
+            index_lines.lines.eq((command.num_indices + LANES - 1) >> 4),
+        ]
+        for t in range(self._max_tables + 1):
+            table_start = command.num_indices
+            if t < self._max_tables:
+                table_start = Mux(t < command.tables, index_starts[t], command.num_indices)
+            m.d.comb += index_validator.table_starts[t].eq(table_start)
         wiring.connect(m, row_fetch.context, datapath.row_context)
         wiring.connect(m, datapath.writes, writes.i)
 
@@ -728,7 +770,7 @@ class UpdateEngine(wiring.Component):
                 m.d.sync += [
                     error.eq(ErrorCode.NONE), error_table.eq(0), error_bag.eq(0),
                     error_position.eq(0), bus_error.eq(0), last_chunk.eq(0),
-                    halted.eq(0), validating_deferred.eq(0),
+                    halted.eq(0), validating_deferred.eq(0), checking_index_lines.eq(0),
                 ]
                 if relaxed:
                     m.d.sync += [checking_deferred_indices.eq(0), pass_first_table.eq(0)]
@@ -795,18 +837,36 @@ class UpdateEngine(wiring.Component):
                     record(walker.status)
                     m.next = "Drain"
                 with m.Elif(walker.status.done):
-                    start_walk(WalkMode.INDICES)
+                    m.d.comb += [index_validator.start.eq(1), index_lines.start.eq(1)]
+                    m.d.sync += checking_index_lines.eq(1)
                     m.next = "Validate-Indices"
 
             with m.State("Validate-Indices"):
+                # (After a bad index the unread lines stay in the rows' source, which
+                # `checking_index_lines` keeps from the datapath until the next command.)
+                with m.If(bus_error):
+                    m.next = "Drain"
+                with m.Elif(index_validator.error.code != ErrorCode.NONE):
+                    start_walk(WalkMode.INDICES)
+                    m.next = "Locate-Index"
+                with m.Elif(index_validator.done):
+                    m.d.sync += checking_index_lines.eq(0)
+                    start_walk(WalkMode.UPDATE)
+                    m.next = "Accumulate"
+
+            with m.State("Locate-Index"):
+                # The walker finds the same first bad index and names its bag too.
                 with m.If(bus_error):
                     m.next = "Drain"
                 with m.Elif(walk_failed):
                     record(walker.status)
                     m.next = "Drain"
                 with m.Elif(walker.status.done):
-                    start_walk(WalkMode.UPDATE)
-                    m.next = "Accumulate"
+                    # (Only if the indices changed under the command since the check.)
+                    found = index_validator.error
+                    m.d.sync += [error.eq(found.code), error_table.eq(found.table),
+                                 error_position.eq(found.position)]
+                    m.next = "Drain"
 
             with m.State("Accumulate"):
                 with m.If(bus_error):

@@ -20,7 +20,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.mem.sliced_fifo import SlicedFIFO, check_slices
 
-__all__ = ["LINE_BITS", "ReadRouter", "WordReader"]
+__all__ = ["LINE_BITS", "LineRequester", "ReadRouter", "WordReader"]
 
 LINE_BITS = 512
 _WORDS_PER_LINE = 16
@@ -231,6 +231,43 @@ class ReadRouter(wiring.Component):
         return refill
 
 
+class LineRequester(wiring.Component):
+    """Asks for ``lines`` consecutive line addresses from ``base``, one per accepted request.
+
+    Members
+    -------
+    start : ``In(1)``
+        Begin a new run (abandons any old one); ``base`` and ``lines`` are sampled.
+    base : ``In(line_address_width)``, lines : ``In(29)``
+    request : ``Out(stream.Signature(line_address_width))``
+        Line reads, to a :class:`ReadRouter` source.
+    """
+
+    def __init__(self, *, line_address_width):
+        super().__init__({
+            "start": In(1),
+            "base": In(line_address_width),
+            "lines": In(29),
+            "request": Out(stream.Signature(line_address_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        line_count = Signal(29)
+        issued = Signal(29)
+        next_line = Signal.like(self.request.payload)
+        with m.If(self.start):
+            m.d.sync += [line_count.eq(self.lines), issued.eq(0), next_line.eq(self.base)]
+        with m.Else():
+            m.d.comb += [
+                self.request.valid.eq(issued != line_count),
+                self.request.payload.eq(next_line),
+            ]
+            with m.If(self.request.valid & self.request.ready):
+                m.d.sync += [issued.eq(issued + 1), next_line.eq(next_line + 1)]
+        return m
+
+
 class WordReader(wiring.Component):
     """Streams ``words`` consecutive 32-bit words starting at a word of a line address.
 
@@ -267,33 +304,28 @@ class WordReader(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        requester = m.submodules.requester = LineRequester(
+            line_address_width=len(self.request.payload))
+        wiring.connect(m, requester.request, wiring.flipped(self.request))
         words = Signal(33)       # the end: ``first + words``, counted from the line's word 0
-        line_count = Signal(29)
-        issued = Signal(29)
         delivered = Signal(33)
-        next_line = Signal.like(self.request.payload)
         o_valid = Signal()  # with ``registered_output``: the output register holds a word
         o_data = Signal(32)
 
+        m.d.comb += [
+            requester.start.eq(self.start),
+            requester.base.eq(self.base),
+            # (No line at all for no words, whatever ``first`` says.)
+            requester.lines.eq(Mux(self.words == 0, 0,
+                                   (self.words + self.first + _WORDS_PER_LINE - 1) >> 4)),
+        ]
         with m.If(self.start):
             m.d.sync += [
                 o_valid.eq(0),
                 words.eq(self.words + self.first),
-                # (No line at all for no words, whatever ``first`` says.)
-                line_count.eq(Mux(self.words == 0, 0,
-                                  (self.words + self.first + _WORDS_PER_LINE - 1) >> 4)),
-                issued.eq(0),
                 delivered.eq(self.first),
-                next_line.eq(self.base),
             ]
         with m.Else():
-            m.d.comb += [
-                self.request.valid.eq(issued != line_count),
-                self.request.payload.eq(next_line),
-            ]
-            with m.If(self.request.valid & self.request.ready):
-                m.d.sync += [issued.eq(issued + 1), next_line.eq(next_line + 1)]
-
             lane = delivered[:4]
             word = self.lines.payload.word_select(lane, 32)
             available = self.lines.valid & (delivered != words)

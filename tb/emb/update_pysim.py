@@ -23,8 +23,9 @@ class AxiMemoryModel:
 
     A write lands when both its AW and W beats arrived and is acknowledged later on B. Each
     read is answered with its own ID (the lookup engine's reads carry several). ``writes``
-    and ``line_reads`` count the writes and reads of each line; reads of the lines in
-    ``poisoned_reads`` answer SLVERR."""
+    and ``line_reads`` count the writes and reads of each line, and ``read_log`` holds
+    ``(cycle, address)`` of each read; reads of the lines in ``poisoned_reads`` answer
+    SLVERR."""
 
     def __init__(self, axi, seed: int, busy: float):
         self.axi = axi
@@ -38,6 +39,8 @@ class AxiMemoryModel:
         self.writes = Counter()  # line address -> times written
         self.line_reads = Counter()  # line address -> times read
         self.poisoned_reads = set()
+        self.cycle = 0
+        self.read_log = []
 
     def _go(self):
         return self.draw.random() >= self.busy
@@ -62,7 +65,9 @@ class AxiMemoryModel:
              w_ready, w_data, r_ready, b_ready) = await ctx.tick().sample(
                 axi.arvalid, axi.arready, axi.araddr, axi.arid, axi.awvalid, axi.awready,
                 axi.awaddr, axi.wvalid, axi.wready, axi.wdata, axi.rready, axi.bready)
+            self.cycle += 1
             if ar_valid and ar_ready:
+                self.read_log.append((self.cycle, ar_addr))
                 self.reads.append((ar_addr, ar_id))
                 self.line_reads[ar_addr] += 1
             if read_out and r_ready:
@@ -86,6 +91,7 @@ class EngineRun:
     image: bytearray
     counters: object
     cycles: int
+    reads: list  # (cycles after the command was accepted, line address) of each read
 
 
 def run_engine(engine, scenarios, *, addr_width, max_tables, num_regions, seed=0, busy=0.3,
@@ -114,6 +120,8 @@ def run_engine(engine, scenarios, *, addr_width, max_tables, num_regions, seed=0
             ctx.set(engine.cmd.valid, 1)
             await ctx.tick().until(engine.cmd.ready)
             ctx.set(engine.cmd.valid, 0)
+            accepted = memory.cycle
+            memory.read_log.clear()
             cycles = 0
             while not ctx.get(engine.done.valid):
                 await ctx.tick()
@@ -121,7 +129,8 @@ def run_engine(engine, scenarios, *, addr_width, max_tables, num_regions, seed=0
             status = status_layout().from_bits(ctx.get(engine.done.payload.as_value()))
             await ctx.tick()
             counters = counters_layout().from_bits(ctx.get(engine.counters.as_value()))
-            results.append(EngineRun(status, memory.image, counters, cycles))
+            reads = [(cycle - accepted, address) for cycle, address in memory.read_log]
+            results.append(EngineRun(status, memory.image, counters, cycles, reads))
 
     sim = Simulator(engine)
     sim.add_clock(1e-6)

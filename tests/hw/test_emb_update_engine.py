@@ -237,3 +237,27 @@ def test_a_good_command_after_aborted_ones(corner):
     assert (last.counters.bytes_written - runs[2].counters.bytes_written ==
             counters["bytes_written"])
 
+
+
+def test_indices_are_checked_a_line_per_cycle():
+    """The validation checks 16 indices a cycle: the accumulation's first gradient read comes
+    about 100 cycles after a command of 600 indices is accepted, where a walk of the indices
+    one a cycle would have taken 600. A bad index is still named with its bag."""
+    params = CORNERS["capacity 2, short FP"]
+    draw = np.random.default_rng(7)
+    good = random_scenario(draw, max_tables=1, dims=(16,), rows=(1, 1), bags=(2, 2),
+                           bag_length=(300, 300), modes=(PoolingMode.SUM,))
+    occurrences = len(good.indices)
+    indices = good.indices.copy()
+    indices[occurrences - 5] = 1  # the table has one row
+    bad = corrupted(good, indices=indices)
+    runs = _run(params, [good, bad], seed=1, busy=0.0)
+    assert runs[0].status.error == ErrorCode.NONE
+    image, _ = expected_image(good, params["max_unique_rows"])
+    assert bytes(runs[0].image[:len(image)]) == bytes(image)
+    gradient = good.addresses["output"]
+    first_gradient_read = min(cycle for cycle, address in runs[0].reads if address >= gradient)
+    assert first_gradient_read < occurrences // 4, first_gradient_read
+    status = runs[1].status
+    assert (status.error, status.table, status.bag, status.position) == (
+        ErrorCode.INDEX_OUT_OF_RANGE, 0, 1, occurrences - 5)
