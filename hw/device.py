@@ -155,7 +155,7 @@ class TrainingCxlDevice(wiring.Component):
         With several channels: reads and writes in flight per arbiter port.
     outstanding_reads, index_buffer_depth, offset_buffer_depth, output_buffer_depth,
     bag_slots, max_unique_rows, update_outstanding_reads, correction_bags,
-    correction_contexts, correction_queue_depth, delta_lanes :
+    correction_contexts, correction_queue_depth, delta_lanes, correction_lanes :
         Passed to the embedding engine.
     checkpointing : bool
         Put the CheckpointEngine in (needs ``hw/ckpt/engine.py``).
@@ -184,7 +184,8 @@ class TrainingCxlDevice(wiring.Component):
                  outstanding_reads=32, index_buffer_depth=128, offset_buffer_depth=64,
                  output_buffer_depth=16, bag_slots=16, max_unique_rows=32,
                  update_outstanding_reads=8, correction_bags=64, correction_contexts=None,
-                 correction_queue_depth=None, delta_lanes=None, checkpointing=False,
+                 correction_queue_depth=None, delta_lanes=None, correction_lanes=None,
+                 checkpointing=False,
                  log_buffer_depth=64, write_tap_buffer_depth=4, dedup_entries=256,
                  checkpoint_outstanding_writes=64):
         _check("Address width", addr_width, 16, 52)
@@ -221,7 +222,8 @@ class TrainingCxlDevice(wiring.Component):
             output_buffer_depth=output_buffer_depth, bag_slots=bag_slots,
             max_unique_rows=max_unique_rows, update_outstanding_reads=update_outstanding_reads,
             correction_bags=correction_bags, correction_contexts=correction_contexts,
-            correction_queue_depth=correction_queue_depth, delta_lanes=delta_lanes)
+            correction_queue_depth=correction_queue_depth, delta_lanes=delta_lanes,
+            correction_lanes=correction_lanes)
         self._arbiter = AxiArbiter(num_managers=2, channels=channels, addr_width=addr_width,
                                    id_width=id_width, reorder_depth=reorder_depth)
         self._config = RegisterConfig(

@@ -85,6 +85,9 @@ class EmbeddingEngine(wiring.Component):
     delta_lanes : bool or None
         The update engine's own adder lanes for the apply's ``new - old``
         (:class:`~hw.emb.update.UpdateEngine`; ``None``: shared).
+    correction_lanes : bool or None
+        The update engine's own FP lanes for the relaxed lookup's correction, which then runs
+        beside the apply (:class:`~hw.emb.update.UpdateEngine`; ``None``: shared).
     add_stages, mul_stages : int or None
         Float32 pipeline depths of both engines.
     mean_reciprocal : ``"pipelined"`` or ``"sequential"``
@@ -129,7 +132,7 @@ class EmbeddingEngine(wiring.Component):
                  update_outstanding_reads=16, add_stages=None, mul_stages=None,
                  shared_lanes=True, update_write_buffer=None, relaxed_lookup=True,
                  correction_bags=None, correction_contexts=None, correction_queue_depth=None,
-                 delta_lanes=None, mean_reciprocal="pipelined",
+                 delta_lanes=None, correction_lanes=None, mean_reciprocal="pipelined",
                  fpga_pipelining=False):
         check_bool("Shared lanes", shared_lanes)
         check_bool("Relaxed lookup", relaxed_lookup)
@@ -152,6 +155,7 @@ class EmbeddingEngine(wiring.Component):
             write_buffer_lines=update_write_buffer, relaxed_lookup=relaxed_lookup,
             correction_bags=correction_bags, correction_contexts=correction_contexts,
             correction_queue_depth=correction_queue_depth, delta_lanes=delta_lanes,
+            correction_lanes=correction_lanes,
             add_stages=add_stages, mul_stages=mul_stages, fpga_pipelining=fpga_pipelining)
         # Built now so that the update engine's own parameter checks run in this constructor.
         update_class = update_engine_class()

@@ -164,6 +164,12 @@ class UpdateEngine(wiring.Component):
         lookup waits: sharing the adder, each line takes it twice and the apply runs at half
         rate. ``None`` or False: shared (the smaller design: the lanes are about 13,700 LUT4
         on an ECP5, ``fp_lanes16_add`` in the README); True needs ``relaxed_lookup``.
+    correction_lanes : bool or None
+        A multiplier and an adder of their own (sixteen lanes each) for the correction, so a
+        chunk's correction pass runs beside its apply rather than after it: a bag's CORRECT
+        line waits only for its row's delta (``UpdateDatapath(correction_lanes=)``).
+        ``None`` or False: the correction takes the shared units after the apply. True needs
+        ``delta_lanes``.
     fpga_pipelining : bool
         Registers that FPGA builds need: each multiplier and adder lane chooses its operands
         with its own copies of the registers that choose them (:mod:`hw.fanout`), the
@@ -208,7 +214,7 @@ class UpdateEngine(wiring.Component):
                  max_unique_rows=64, mul_stages=None, add_stages=None, outstanding_reads=16,
                  shared_lanes=False, write_buffer_lines=None, relaxed_lookup=True,
                  correction_bags=None, correction_contexts=None, correction_queue_depth=None,
-                 delta_lanes=None, fpga_pipelining=False):
+                 delta_lanes=None, correction_lanes=None, fpga_pipelining=False):
         _check_int(max_tables, 1, 255, "Table count limit must be an integer in 1..255")
         if (not isinstance(max_dim, int) or isinstance(max_dim, bool)
                 or not 16 <= max_dim <= 65520 or max_dim % 16):
@@ -270,6 +276,12 @@ class UpdateEngine(wiring.Component):
             raise ValueError("Delta lanes need the relaxed lookup: without it delta_lanes must "
                              "be None or False, not True")
         self._delta_lanes = bool(delta_lanes)
+        if correction_lanes is not None and not isinstance(correction_lanes, bool):
+            raise TypeError(f"Correction lanes must be None or a bool, not {correction_lanes!r}")
+        if correction_lanes and not delta_lanes:
+            raise ValueError("Correction lanes need the delta lanes: without them "
+                             "correction_lanes must be None or False, not True")
+        self._correction_lanes = bool(correction_lanes)
         self._max_tables = max_tables
         self._max_dim = max_dim
         self._num_regions = num_regions
@@ -358,6 +370,11 @@ class UpdateEngine(wiring.Component):
     def delta_lanes(self):
         """Whether the apply's ``new - old`` has adder lanes of its own."""
         return self._delta_lanes
+
+    @property
+    def correction_lanes(self):
+        """Whether the correction has FP lanes of its own and runs beside the apply."""
+        return self._correction_lanes
 
     @property
     def lines_per_row(self):
@@ -453,7 +470,8 @@ class UpdateEngine(wiring.Component):
             write_depth=self._write_buffer_lines, cached_bags=self._correction_bags,
             corrections=relaxed, correction_contexts=self._correction_contexts,
             correction_queue_depth=self._correction_queue_depth,
-            delta_lanes=self._delta_lanes, lane_replicas=self._fpga_pipelining,
+            delta_lanes=self._delta_lanes, correction_lanes=self._correction_lanes,
+            lane_replicas=self._fpga_pipelining,
             registered_operands=self._fpga_pipelining,
             read_port_per_use=self._fpga_pipelining))
         if self._shared_lanes:
@@ -718,6 +736,9 @@ class UpdateEngine(wiring.Component):
                 corrector.boundary.eq(boundary_table),
             ]
         halted = Signal()  # after an error: no new read, no row write not yet offered
+        # With correction lanes a chunk's correction pass runs during its apply (`overlapped`).
+        overlap = relaxed and self._correction_lanes
+        overlapped = Signal()
         stop = halted | bus_error | router.error | writes.error  # from the error's own cycle
         m.d.comb += [router.stop.eq(stop), writes.stop.eq(stop)]
         with m.If(router.error | writes.error):
@@ -771,6 +792,7 @@ class UpdateEngine(wiring.Component):
                     error.eq(ErrorCode.NONE), error_table.eq(0), error_bag.eq(0),
                     error_position.eq(0), bus_error.eq(0), last_chunk.eq(0),
                     halted.eq(0), validating_deferred.eq(0), checking_index_lines.eq(0),
+                    overlapped.eq(0),
                 ]
                 if relaxed:
                     m.d.sync += [checking_deferred_indices.eq(0), pass_first_table.eq(0)]
@@ -913,13 +935,33 @@ class UpdateEngine(wiring.Component):
                         m.next = "Drain"
                 with m.Elif(writes_settled & ~validating_deferred):
                     m.d.comb += row_fetch.start.eq(1)
+                    if overlap:
+                        # The chunk's correction pass starts with its apply (Correct-Start's
+                        # conditions hold: every write has completed, the deferred lookup is
+                        # validated); its CORRECT lines wait for their deltas.
+                        with m.If(correcting & (pass_first_table < deferred.tables)):
+                            start_deferred_walk(WalkMode.UPDATE)
+                            m.d.comb += corrector.start.eq(1)
+                            m.d.sync += overlapped.eq(1)
                     m.next = "Apply"
 
             with m.State("Apply"):
+                pass_over = ~overlapped
+                if overlap:
+                    pass_over = ~overlapped | (corrector.done & datapath.correction_idle)
                 with m.If(bus_error):
                     m.next = "Drain"
-                with m.Elif(~row_fetch.busy & datapath.apply_idle):
-                    with m.If(correcting):
+                if overlap:
+                    with m.Elif(overlapped & deferred_walk_failed):  # (as in Correct)
+                        record(deferred_walker.status)
+                        m.next = "Drain"
+                with m.Elif(~row_fetch.busy & datapath.apply_idle & pass_over):
+                    if overlap:
+                        with m.If(overlapped):
+                            m.d.sync += [overlapped.eq(0),
+                                         pass_first_table.eq(boundary_table)]
+                            after_correction_pass()
+                    with (m.Elif if overlap else m.If)(correcting):
                         # The CAM keeps the chunk's rows for the correction's lookups.
                         if relaxed:
                             m.next = "Correct-Start"

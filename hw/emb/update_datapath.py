@@ -10,7 +10,8 @@ and one adder serve both, one job at a time (the engine never overlaps them):
   (``sw_model.relaxed``, step 1: what the row changed by), on the shared adder or, with
   ``delta_lanes``, on sixteen adder lanes of its own;
 * correct (a relaxed lookup's bags, each held in ``lines_per_slot`` accumulator registers of
-  one of ``correction_contexts`` contexts):
+  one of ``correction_contexts`` contexts; on the shared units or, with ``correction_lanes``,
+  on a multiplier and an adder of their own, so a chunk's correction runs beside its apply):
   ``bag[line] = bag[line] + delta[slot, line] * factor``; ``bag[line] = bag[line] * (1/L)``
   for MEAN (as ``product + (-0.0)``, exact); load and store a bag, from and to memory or
   the bag store (``cached_bags`` bags kept on chip between the correction passes of one
@@ -118,6 +119,13 @@ class UpdateDatapath(wiring.Component):
         Apply's ``new - old`` runs on sixteen adder lanes of its own, so apply takes a row line
         every cycle with ``keep_deltas`` too (default False: it takes the shared adder a
         second time, one line every other cycle). Needs ``corrections``.
+    correction_lanes : bool
+        The correction's ``delta * factor`` and ``bag + product`` run on a multiplier and an
+        adder of their own (sixteen lanes each), so correction ops may run while apply does: a
+        CORRECT line waits only until apply has written its delta (apply writes the deltas in
+        slot order), and a STORE to memory takes the write queue in a cycle apply leaves free
+        (default False: the correction takes the shared units, after apply). Needs
+        ``delta_lanes``.
     lane_replicas : bool
         Each multiplier and adder lane chooses its operands with its own copies of the
         registers that choose them (:func:`hw.fanout.lane_copies`), and each lane's part of the
@@ -169,8 +177,8 @@ class UpdateDatapath(wiring.Component):
     def __init__(self, *, capacity, lines_per_slot, line_address_width, mul_stages=None,
                  add_stages=None, write_depth=None, shared_lanes=False, cached_bags=0,
                  corrections=True, correction_contexts=1, correction_queue_depth=16,
-                 delta_lanes=False, lane_replicas=False, registered_operands=False,
-                 read_port_per_use=False):
+                 delta_lanes=False, correction_lanes=False, lane_replicas=False,
+                 registered_operands=False, read_port_per_use=False):
         if cached_bags and not corrections:
             raise ValueError(f"A bag store needs the corrections: cached_bags must be 0 "
                              f"without them, not {cached_bags!r}")
@@ -189,6 +197,12 @@ class UpdateDatapath(wiring.Component):
             raise ValueError("Delta lanes need the corrections: delta_lanes must be False "
                              "without them")
         self._delta_lanes = delta_lanes
+        if not isinstance(correction_lanes, bool):
+            raise TypeError(f"Correction lanes must be a bool, not {correction_lanes!r}")
+        if correction_lanes and not delta_lanes:
+            raise ValueError("Correction lanes need the delta lanes: delta_lanes must be True "
+                             "with correction_lanes")
+        self._correction_lanes = correction_lanes
         self._lane_replicas = bool(lane_replicas)
         self._registered_operands = bool(registered_operands)
         self._read_port_per_use = bool(read_port_per_use)
@@ -295,6 +309,11 @@ class UpdateDatapath(wiring.Component):
         return self._delta_lanes
 
     @property
+    def correction_lanes(self):
+        """Whether the correction has a multiplier and an adder of its own."""
+        return self._correction_lanes
+
+    @property
     def context_width(self):
         """Width of an op's ``context``."""
         return Shape.cast(range(max(2, self._contexts))).width
@@ -352,11 +371,14 @@ class UpdateDatapath(wiring.Component):
         buffer_write = buffer.write_port()
         # Not transparent: a sum is read at least one cycle after it was written (the hazard
         # window covers the write cycle too).
+        # (With correction lanes the correction reads while apply does: a port of its own.)
         if self._read_port_per_use:
             accumulate_read, apply_read = buffer.read_port(), buffer.read_port()
             correct_read = buffer.read_port() if self._corrections else None
         else:
             accumulate_read = apply_read = correct_read = buffer.read_port()
+            if self._correction_lanes:
+                correct_read = buffer.read_port()
         # With lane_replicas each FP lane's part of the queue has its own write enable and
         # pointers (hw.mem.sliced_fifo).
         writes = m.submodules.writes = SlicedFIFO(
@@ -503,6 +525,19 @@ class UpdateDatapath(wiring.Component):
             def from_store_of(op):
                 return op.cached if self._cached_bags else Const(0)
 
+            # With correction lanes, apply may run beside the correction: a CORRECT line reads
+            # its delta only once written (``deltas_below``: apply writes the deltas in buffer
+            # order, a chunk's slots one after the other; reset when a chunk accumulates), and
+            # a STORE to memory takes the write queue only in a cycle apply's result leaves
+            # free, with room kept for it (``write_room`` keeps one entry spare).
+            delta_written = Signal(data.StructLayout({"valid": 1, "buffer": buffer_address}))
+            apply_result = Signal()   # an applied row line enters the write queue now
+            deltas_below = Signal(range(self.buffer_lines + 1))
+            with m.If(accumulate_go):
+                m.d.sync += deltas_below.eq(0)
+            with m.Elif(delta_written.valid):
+                m.d.sync += deltas_below.eq(delta_written.buffer + 1)
+
             ready = Signal(contexts)   # context c's head op can take its next line now
             for c, (queue, head, line) in enumerate(zip(queues, heads, op_lines, strict=True)):
                 own_line = c * lps + line
@@ -516,12 +551,18 @@ class UpdateDatapath(wiring.Component):
                         m.d.comb += can.eq(quiet & (load_turn == c) &
                                            (from_store_of(head) | self.bag_lines.valid))
                     with m.Case(CorrectionKind.CORRECT):
-                        m.d.comb += can.eq(~busy)
+                        if self._correction_lanes:
+                            m.d.comb += can.eq(~busy & (head.slot * lps + line < deltas_below))
+                        else:
+                            m.d.comb += can.eq(~busy)
                     with m.Case(CorrectionKind.SCALE):
                         # (Every op of c in flight is a SCALE: no CORRECT left.)
                         m.d.comb += can.eq(correcting[c] == scaling[c])
                     with m.Case(CorrectionKind.STORE):
-                        m.d.comb += can.eq(quiet & (from_store_of(head) | writes.w_rdy))
+                        to_memory = writes.w_rdy
+                        if self._correction_lanes:
+                            to_memory = writes.w_rdy & write_room & ~apply_result
+                        m.d.comb += can.eq(quiet & (from_store_of(head) | to_memory))
                 m.d.comb += ready[c].eq(queue.r_rdy & can)
             # The contexts take turns: the first ready one after the last to go.
             last = Signal(range(contexts))
@@ -588,14 +629,15 @@ class UpdateDatapath(wiring.Component):
                 m.d.sync += [staged_job.eq(Mux(correct_go, _Job.CORRECT, _Job.SCALE)),
                              staged_line.eq(chosen_line), staged_factor.eq(op.factor)]
 
-        # Multiplier input: an accumulation, an apply stage B or a correction stage 1, never
-        # two at once (the engine runs one phase at a time).
+        # Multiplier input: an accumulation, an apply stage B or (unless it has lanes of its
+        # own) a correction stage 1, never two at once (the engine runs one phase at a time).
+        shared_correction = self._corrections and not self._correction_lanes
         mul_valid = Signal()
         mul_in = Signal(multiplier.i.payload.shape())
         mul_in_tag = Signal(mul_tag)
         m.d.comb += [
             mul_valid.eq(accumulate_go | apply_ready |
-                         (correction_staged if self._corrections else 0)),
+                         (correction_staged if shared_correction else 0)),
             mul_in.tag.eq(mul_in_tag),
         ]
         operand_domain = m.d.sync if self._registered_operands else m.d.comb
@@ -607,7 +649,7 @@ class UpdateDatapath(wiring.Component):
                 mul_in_tag.address.eq(apply_address),
                 mul_in_tag.buffer.eq(apply_buffer),
             ]
-        if self._corrections:
+        if shared_correction:
             with m.Elif(correction_staged):
                 m.d.comb += [mul_in_tag.job.eq(staged_job), mul_in_tag.buffer.eq(staged_line)]
         with m.Else():
@@ -622,13 +664,14 @@ class UpdateDatapath(wiring.Component):
         applies = lane_copies(m, apply_go, apply_ready, name="apply_ready", **copies)
         if self._corrections:
             staged_correction = bag[staged_line]
+        if shared_correction:
             corrections = lane_copies(m, correct_go | scale_go, correction_staged,
                                       name="correction_staged", **copies)
         for k in range(_LANES):
             lane = slice(32 * k, 32 * (k + 1))
             a = self.gradient.payload[lane]
             b = occurrence.scale
-            if self._corrections:
+            if shared_correction:
                 a = Mux(corrections[k], Mux(staged_job == _Job.CORRECT, correct_read.data[lane],
                                             staged_correction[lane]), a)
                 b = Mux(corrections[k], staged_factor, b)
@@ -650,11 +693,13 @@ class UpdateDatapath(wiring.Component):
         else:
             with m.If(multiplier.o.valid & (product_tag.job == _Job.ACCUMULATE)):
                 m.d.comb += accumulate_read.addr.eq(product_tag.buffer)
-            if self._corrections:
+            if shared_correction:
                 with m.Elif(correct_go):
                     m.d.comb += correct_read.addr.eq(correct_address)
             with m.Else():
                 m.d.comb += apply_read.addr.eq(stage_a_buffer)
+            if self._correction_lanes:
+                m.d.comb += correct_read.addr.eq(correct_address)
 
         # One register stage while the buffer read completes, then the adder.
         held_valid = Signal()
@@ -700,11 +745,11 @@ class UpdateDatapath(wiring.Component):
         held_fresh = lane_copies(m, product_tag.fresh, held_tag.fresh, name="held_fresh",
                                  **copies)
         with m.If(~feedback_valid if shared_delta else 1):
-            correction_line = bag[held_tag.buffer] if self._corrections else None
+            correction_line = bag[held_tag.buffer] if shared_correction else None
             for k in range(_LANES):
                 lane = slice(32 * k, 32 * (k + 1))
                 operand = Mux(held_fresh[k], 0, accumulate_read.data[lane])
-                if self._corrections:
+                if shared_correction:
                     operand = Mux(held_jobs[k] == _Job.CORRECT, correction_line[lane],
                                   Mux(held_jobs[k] == _Job.SCALE,
                                       _NEGATIVE_ZERO_LINE[lane], operand))
@@ -743,25 +788,81 @@ class UpdateDatapath(wiring.Component):
                              buffer_write.data.eq(subtractor.o.payload.result)]
         accumulating_next = accumulating + accumulate_go - job_done[_Job.ACCUMULATE]
         applying_next = applying + apply_go - finished_apply
-        writes_level_next = writes.level + finished_apply - (writes.r_en & writes.r_rdy)
+        # With correction lanes a bag's STORE may enter the queue beside apply's lines: it
+        # counts, and one entry stays spare for it (both may take room in one cycle).
+        entered, spare = finished_apply, 0
+        if self._correction_lanes:
+            entered, spare = writes.w_en, 1
+        writes_level_next = writes.level + entered - (writes.r_en & writes.r_rdy)
         m.d.sync += [
             accumulating.eq(accumulating_next),
             applying.eq(applying_next),
             sums_final.eq(accumulating_next == 0),
-            write_room.eq(writes_level_next + applying_next < self._write_depth),
+            write_room.eq(writes_level_next + applying_next < self._write_depth - spare),
         ]
         if not self._corrections:
             return m
+
+        m.d.comb += [apply_result.eq(finished_apply),
+                     delta_written.valid.eq(job_done[_Job.DELTA]),
+                     delta_written.buffer.eq(buffer_write.addr)]
+        if self._correction_lanes:
+            # Stage 1 (``correction_staged``) -> multiplier -> one register stage (as on the
+            # shared units, so the bag's hazard window is the same) -> adder -> the bag.
+            correction_tag = data.StructLayout({"job": _Job, "line": bag_line_width})
+            correction_mul = m.submodules.correction_multiplier = FPLanes(
+                op="mul", lanes=_LANES, stages=self._mul_stages, tag_width=correction_tag.size)
+            correction_add = m.submodules.correction_adder = FPLanes(
+                op="add", lanes=_LANES, stages=self.add_latency,
+                tag_width=correction_tag.size)
+            staged_tag = Signal(correction_tag)
+            m.d.comb += [staged_tag.job.eq(staged_job), staged_tag.line.eq(staged_line),
+                         correction_mul.i.valid.eq(correction_staged),
+                         correction_mul.i.payload.tag.eq(staged_tag)]
+            for k in range(_LANES):
+                lane = slice(32 * k, 32 * (k + 1))
+                m.d.comb += [
+                    correction_mul.i.payload.a[k].eq(
+                        Mux(staged_job == _Job.CORRECT, correct_read.data[lane],
+                            staged_correction[lane])),
+                    correction_mul.i.payload.b[k].eq(staged_factor),
+                ]
+            product_valid = Signal()
+            product = Signal(LINE_BITS)
+            product_of = Signal(correction_tag)
+            m.d.sync += [product_valid.eq(correction_mul.o.valid),
+                         product.eq(correction_mul.o.payload.result),
+                         product_of.eq(correction_mul.o.payload.tag)]
+            addend = bag[product_of.line]
+            for k in range(_LANES):
+                lane = slice(32 * k, 32 * (k + 1))
+                m.d.comb += correction_add.i.payload.a[k].eq(
+                    Mux(product_of.job == _Job.CORRECT, addend[lane],
+                        _NEGATIVE_ZERO_LINE[lane]))
+            m.d.comb += [correction_add.i.valid.eq(product_valid),
+                         correction_add.i.payload.b.eq(product),
+                         correction_add.i.payload.tag.eq(product_of)]
+            sum_of = Signal(correction_tag)
+            m.d.comb += sum_of.eq(correction_add.o.payload.tag)
+            finished_line = sum_of.line
+            finished_correct = correction_add.o.valid
+            finished_scale = correction_add.o.valid & (sum_of.job == _Job.SCALE)
+            corrected = correction_add.o.payload.result
+        else:
+            finished_line = result_tag.buffer[:bag_line_width]
+            finished_correct = job_done[_Job.CORRECT] | job_done[_Job.SCALE]
+            finished_scale = job_done[_Job.SCALE]
+            corrected = result
 
         m.d.sync += feedback_valid.eq(finished_apply & keep_deltas)
         with m.If(finished_apply):
             m.d.sync += [feedback.new.eq(result), feedback.old.eq(result_tag.row),
                          feedback.buffer.eq(result_tag.buffer)]
-        finished_line = result_tag.buffer[:bag_line_width]
-        finished_correct = job_done[_Job.CORRECT] | job_done[_Job.SCALE]
         with m.If(finished_correct):
-            m.d.sync += bag[finished_line].eq(result)
-        with m.If(store_go & ~from_store):  # (the engine never applies while it corrects)
+            m.d.sync += bag[finished_line].eq(corrected)
+        # (Without correction lanes the engine never applies while it corrects; with them a
+        # STORE waits for a cycle without an applied line.)
+        with m.If(store_go & ~from_store):
             m.d.comb += [writes.w_en.eq(1),
                          writes.w_data.eq(Cat((op.address + op_line)[:self._line_address_width],
                                              bag[chosen_line]))]
@@ -773,6 +874,6 @@ class UpdateDatapath(wiring.Component):
             m.d.sync += [
                 correcting[c].eq(correcting[c] + ((correct_go | scale_go) & went)
                                  - (finished_correct & came)),
-                scaling[c].eq(scaling[c] + (scale_go & went) - (job_done[_Job.SCALE] & came)),
+                scaling[c].eq(scaling[c] + (scale_go & went) - (finished_scale & came)),
             ]
         return m

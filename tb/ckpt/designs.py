@@ -26,10 +26,11 @@ SYSTEM = Design("ckpt_system", "tb.ckpt.harness:CheckpointSystem", {
 
 #: The same system on four interleaved PMEM channels behind the device's arbiter (the paper's
 #: four memory controllers, as the benchmark's system): 64 reads in flight cover the engine's 32
-#: and the checkpoint engine's own. Its update engine has the benchmark's delta lanes, so the
-#: relaxed cases check them bit-exact in Verilator.
+#: and the checkpoint engine's own. Its update engine has the benchmark's delta and correction
+#: lanes, so the relaxed cases check them bit-exact in Verilator.
 SYSTEM_4CH = Design("ckpt_system_4ch", "tb.ckpt.harness:CheckpointSystem", {
     **SYSTEM.params, "channels": 4, "reorder_depth": 64, "delta_lanes": True,
+    "correction_lanes": True,
 })
 
 #: The paper-style benchmark's system (``python -m bench paper``): RM1/RM2-shaped presets (up to
@@ -61,13 +62,16 @@ SYSTEM_4CH = Design("ckpt_system_4ch", "tb.ckpt.harness:CheckpointSystem", {
 #: runs at its own and the log's last 3,000 or so lines drain during the GPU's time. The write
 #: tap's buffer (log-ahead's entries from UPDATE(N)'s writes) holds 4,096 too: with 4, UPDATE's
 #: row writes and those entries took turns on the write port (rm2_sim's UPDATE 46,900 cycles
-#: against 42,300 without the checkpoint); now the entries drain while UPDATE reads.
+#: against 42,300 without the checkpoint); now the entries drain while UPDATE reads. The
+#: correction has FP lanes of its own (``correction_lanes``), so each chunk's correction pass
+#: runs beside its apply: after it, on the shared units, rm2_sim's three passes took 10,000
+#: cycles of each UPDATE.
 PAPER_SYSTEM = Design("ckpt_paper_system", "tb.ckpt.harness:CheckpointSystem", {
     "max_tables": 32, "max_dim": 64, "num_regions": 2, "addr_width": 32, "id_width": 7,
     "outstanding_reads": 64, "index_buffer_depth": 8192, "offset_buffer_depth": 256,
     "output_buffer_depth": 32, "bag_slots": 8, "max_unique_rows": 1024,
     "update_outstanding_reads": 64, "update_write_buffer": 4096, "correction_contexts": 8,
-    "correction_queue_depth": 128, "delta_lanes": True,
+    "correction_queue_depth": 128, "delta_lanes": True, "correction_lanes": True,
     "memory_lines": 1 << 19, "pending_beats": 64, "log_buffer_depth": 4096,
     "write_tap_buffer_depth": 4096, "dedup_entries": 16384, "channels": 4, "reorder_depth": 128,
     "host_link": {"desc_depth": 4096, "buffer_lines": 16384},

@@ -167,7 +167,10 @@ def read_floats(image, address, count):
     ((PoolingMode.WEIGHTED, PoolingMode.MEAN), {}),
     # The FPGA registers, the per-lane copies among them (hw/fanout.py): the same results.
     ((PoolingMode.WEIGHTED, PoolingMode.MEAN), {"fpga_pipelining": True}),
-], ids=["sum-mean", "weighted-mean", "weighted-mean-fpga-pipelining"])
+    # The correction on lanes of its own, beside the apply: the same results.
+    ((PoolingMode.WEIGHTED, PoolingMode.MEAN), {"delta_lanes": True, "correction_lanes": True}),
+], ids=["sum-mean", "weighted-mean", "weighted-mean-fpga-pipelining",
+        "weighted-mean-correction-lanes"])
 def test_deferred_lookup_is_corrected_by_the_update(modes, changes):
     rng = np.random.default_rng(7 + modes[0].value)
     case = TwoBatches.draw(rng, modes)
@@ -265,23 +268,28 @@ def test_update_refuses_a_deferred_lookup_changed_in_memory(broken, changes):
     assert bytes(image[0x1000:0x4000]) == tables_before   # no row written
 
 
-@pytest.mark.parametrize(("correction_bags", "contexts", "bags", "max_bag", "queue_depth"), [
-    (0, 4, 3, 4, None), (2, 4, 3, 4, None), (16, 4, 3, 4, None),
-    # One bag at a time; and bags of 1 to 12 occurrences interleaved two and three at a
-    # time, so a short bag's context comes round while a long one's chain still runs.
-    (2, 1, 3, 4, None), (2, 2, 5, 12, None), (3, 3, 5, 12, None),
-    # Queues of 2 (the walk stalls on a full queue in nearly every bag) and of 64 (every
-    # bag's occurrences queued at once).
-    (2, 3, 5, 12, 2), (2, 3, 5, 12, 64),
-])
+@pytest.mark.parametrize(
+    ("correction_bags", "contexts", "bags", "max_bag", "queue_depth", "correction_lanes"), [
+        (0, 4, 3, 4, None, False), (2, 4, 3, 4, None, False), (16, 4, 3, 4, None, False),
+        # One bag at a time; and bags of 1 to 12 occurrences interleaved two and three at a
+        # time, so a short bag's context comes round while a long one's chain still runs.
+        (2, 1, 3, 4, None, False), (2, 2, 5, 12, None, False), (3, 3, 5, 12, None, False),
+        # Queues of 2 (the walk stalls on a full queue in nearly every bag) and of 64 (every
+        # bag's occurrences queued at once).
+        (2, 3, 5, 12, 2, False), (2, 3, 5, 12, 64, False),
+        # The correction on lanes of its own, each pass beside its chunk's apply: bags through
+        # memory (their stores share the write queue with the apply), on chip, and both.
+        (0, 4, 3, 4, None, True), (16, 4, 3, 4, None, True), (2, 3, 5, 12, 2, True),
+    ])
 @pytest.mark.parametrize("mode", [PoolingMode.MEAN, PoolingMode.WEIGHTED])
 def test_chunked_update_corrects_chunk_by_chunk(mode, correction_bags, contexts, bags,
-                                                max_bag, queue_depth):
+                                                max_bag, queue_depth, correction_lanes):
     """Batch N has more distinct rows than the CAM holds: UPDATE(N) corrects the deferred
     LOOKUP(N+1) after each chunk it writes (``sw_model.relaxed``, chunked), and scales MEAN
     bags after the last. Between chunks the bags wait on chip (16: all of them), in memory
     (0), or both (2 and 3: the first ones on chip); ``contexts`` bags are corrected at
-    once, each from a queue of ``queue_depth`` occurrences."""
+    once, each from a queue of ``queue_depth`` occurrences; with ``correction_lanes`` each
+    chunk's correction runs beside its apply."""
     rng = np.random.default_rng(21 + mode.value + 100 * (contexts - 1) + (queue_depth or 0))
     capacity = 4
     case = TwoBatches.draw(rng, (mode, mode), bags=bags, max_bag=max_bag)
@@ -296,7 +304,9 @@ def test_chunked_update_corrects_chunk_by_chunk(mode, correction_bags, contexts,
     statuses, memory = run(EmbeddingEngine(**PARAMS, max_unique_rows=capacity,
                                            correction_bags=correction_bags,
                                            correction_contexts=contexts,
-                                           correction_queue_depth=queue_depth), image, steps,
+                                           correction_queue_depth=queue_depth,
+                                           delta_lanes=correction_lanes,
+                                           correction_lanes=correction_lanes), image, steps,
                            descriptors=descriptors, deadline=200_000)
     assert [s.error for s in statuses] == [ErrorCode.NONE] * 3
 

@@ -111,6 +111,16 @@ def test_delta_lanes_default_and_need_the_relaxed_lookup():
         UpdateEngine(delta_lanes=1)
 
 
+def test_correction_lanes_default_and_need_the_delta_lanes():
+    assert not UpdateEngine(delta_lanes=True).correction_lanes
+    assert UpdateEngine(delta_lanes=True, correction_lanes=True).correction_lanes
+    with pytest.raises(ValueError, match=r"^Correction lanes need the delta lanes: without them "
+                                         r"correction_lanes must be None or False, not True$"):
+        UpdateEngine(correction_lanes=True)
+    with pytest.raises(TypeError, match=r"^Correction lanes must be None or a bool, not 1$"):
+        UpdateEngine(delta_lanes=True, correction_lanes=1)
+
+
 def test_fpga_pipelining_counts_the_operand_register_in_the_write_buffer():
     least = FPMul.DEFAULT_STAGES + FPAdd.DEFAULT_STAGES + 6
     UpdateEngine(fpga_pipelining=True, write_buffer_lines=least)

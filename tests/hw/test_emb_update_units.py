@@ -573,6 +573,17 @@ def test_datapath_delta_lanes_need_the_corrections_and_a_bool():
         UpdateDatapath(**kwargs, delta_lanes=1)
 
 
+def test_datapath_correction_lanes_need_the_delta_lanes_and_a_bool():
+    kwargs = dict(capacity=4, lines_per_slot=2, line_address_width=10)
+    assert UpdateDatapath(**kwargs, delta_lanes=True, correction_lanes=True).correction_lanes
+    assert not UpdateDatapath(**kwargs, delta_lanes=True).correction_lanes
+    with pytest.raises(ValueError, match=r"^Correction lanes need the delta lanes: delta_lanes "
+                                         r"must be True with correction_lanes$"):
+        UpdateDatapath(**kwargs, correction_lanes=True)
+    with pytest.raises(TypeError, match=r"^Correction lanes must be a bool, not 1$"):
+        UpdateDatapath(**kwargs, delta_lanes=True, correction_lanes=1)
+
+
 def _f32(values):
     return np.asarray(values, dtype=np.float32)
 
@@ -673,6 +684,92 @@ def test_datapath_apply_keeps_deltas_at_its_rate(delta_lanes, fpga):
                               expected_bags[line].view(np.uint32))
     span = taken_at[-1] - taken_at[0]
     assert span == (lines - 1 if delta_lanes else 2 * lines - dut.add_latency - 2), taken_at
+
+
+def test_datapath_correction_lanes_correct_beside_the_apply():
+    """With lanes of its own the correction runs while apply does: every slot's LOAD, CORRECT
+    and STORE are queued before the first row line, each CORRECT line waits for its slot's
+    ``new - old`` (reading earlier would add the gradient sum instead: the bags would not be
+    bit-exact), a bag's STORE takes the write queue in cycles apply leaves free, and the
+    first bags are stored before the last row line is written."""
+    capacity, lps = 12, 2
+    lines = capacity * lps
+    dut = UpdateDatapath(capacity=capacity, lines_per_slot=lps, line_address_width=10,
+                         correction_contexts=3, delta_lanes=True, correction_lanes=True)
+    draw = np.random.default_rng(9)
+    gradient = draw.standard_normal((lines, 16)).astype(np.float32)
+    rows = draw.standard_normal((lines, 16)).astype(np.float32)
+    bags = draw.standard_normal((lines, 16)).astype(np.float32)
+    factors = draw.standard_normal(capacity).astype(np.float32)
+    lr = np.float32(0.375)
+    written, written_at = {}, {}
+    ops_queued = []
+
+    async def gradients(ctx):
+        await send(ctx, dut.gradient, [_line_int(line) for line in gradient])
+
+    async def collect(ctx):
+        ctx.set(dut.writes.ready, 1)
+        cycle = 0
+        while True:
+            _, _, valid, payload = await ctx.tick().sample(dut.writes.valid, dut.writes.payload)
+            cycle += 1
+            if valid:
+                written[payload.address] = _line_floats(payload.data)
+                written_at[payload.address] = cycle
+
+    async def corrections(ctx):
+        await ctx.tick().until(dut.accumulate_idle)
+        for slot in range(capacity):
+            base = {"context": slot % 3, "cached": 0, "bag": 0, "slot": slot, "lines": lps,
+                    "factor": int(factors[slot].view(np.uint32)),
+                    "address": 512 + slot * lps}
+            for kind in (CorrectionKind.LOAD, CorrectionKind.CORRECT, CorrectionKind.STORE):
+                ctx.set(dut.correction.payload, {**base, "kind": kind})
+                ctx.set(dut.correction.valid, 1)
+                await ctx.tick().until(dut.correction.ready)
+                ctx.set(dut.correction.valid, 0)
+        ops_queued.append(True)
+
+    async def bag_lines(ctx):
+        for line in range(lines):
+            ctx.set(dut.bag_lines.payload, _line_int(bags[line]))
+            ctx.set(dut.bag_lines.valid, 1)
+            await ctx.tick().until(dut.bag_lines.ready)
+        ctx.set(dut.bag_lines.valid, 0)
+
+    async def testbench(ctx):
+        ctx.set(dut.lr, int(lr.view(np.uint32)))
+        ctx.set(dut.keep_deltas, 1)
+        await send(ctx, dut.accumulate, [
+            {"slot": slot, "fresh": 1, "lines": lps, "scale": int(np.float32(1).view(np.uint32))}
+            for slot in range(capacity)])
+        await ctx.tick().until(dut.accumulate_idle)
+        await ctx.tick().repeat(3 * capacity + 10)
+        assert ops_queued   # (each context's queue holds its slots' ops)
+        for line in range(lines):
+            # A row line every other cycle, as PMEM's read port delivers them.
+            ctx.set(dut.rows.payload, _line_int(rows[line]))
+            ctx.set(dut.row_context.payload, {"slot": line // lps, "line": line % lps,
+                                              "address": line})
+            ctx.set(dut.rows.valid, 1)
+            ctx.set(dut.row_context.valid, 1)
+            await ctx.tick().until(dut.rows.ready)
+            ctx.set(dut.rows.valid, 0)
+            ctx.set(dut.row_context.valid, 0)
+            await ctx.tick()
+        await ctx.tick().until(dut.apply_idle & dut.correction_idle)
+        await ctx.tick().repeat(4)
+
+    simulate(dut, gradients, testbench, processes=(collect, corrections, bag_lines),
+             deadline=5_000)
+    new_rows = rows - lr * gradient          # float32: one rounding each, no FMA
+    expected_bags = bags + (new_rows - rows) * np.repeat(factors, lps)[:, None]
+    for line in range(lines):
+        assert np.array_equal(written[line].view(np.uint32), new_rows[line].view(np.uint32))
+        assert np.array_equal(written[512 + line].view(np.uint32),
+                              expected_bags[line].view(np.uint32)), line
+    assert written_at[512] < written_at[lines - 1], written_at
 
 
 # ---------------------------------------------------------------------------- fetch
