@@ -13,8 +13,10 @@ the tap could not take replayed after it (``lookup_replay``), or all four, trial
 (``mixed``, the default); failures are aimed at the REPLAY phase of ``sync`` and ``after``
 too. ``--lookup relaxed`` runs every batch's LOOKUP(N + 1) ahead of UPDATE(N), relaxed (the
 device defers and corrects it), and fails power in those LOOKUPs and in the correcting
-UPDATEs. All trials run in one simulator process on the one Verilator build the checkpoint
-tests share.
+UPDATEs. ``--channels 4`` runs them on ``SYSTEM_4CH`` (four interleaved PMEM channels that
+answer out of order and tear their writes independently, and the benchmark's delta and
+correction lanes) instead of ``SYSTEM``'s one channel. All trials run in one simulator process
+on the one Verilator build the checkpoint tests share.
 
 Writes ``build/crash/results.json``: ``trials``, ``failures`` (trials with any error),
 ``lost_committed_batches`` (batches acknowledged to the host but not recovered: must be 0),
@@ -30,7 +32,7 @@ import time
 
 from sim.rtl import BUILD_ROOT
 from sim.runner import run
-from tb.ckpt.designs import SYSTEM
+from tb.ckpt.designs import SYSTEM, SYSTEM_4CH
 
 __all__ = ["main", "summarize"]
 
@@ -86,6 +88,8 @@ def main(argv=None) -> int:
                              "the four (default)")
     parser.add_argument("--lookup", default="strict", choices=("strict", "relaxed"),
                         help="strict lookups, or LOOKUP(N + 1) relaxed, ahead of UPDATE(N)")
+    parser.add_argument("--channels", type=int, default=1, choices=(1, 4),
+                        help="PMEM channels: SYSTEM (1, the default) or SYSTEM_4CH (4)")
     parser.add_argument("--output", default=str(BUILD_ROOT / "crash" / "results.json"))
     args = parser.parse_args(argv)
     if args.trials < 1:
@@ -99,11 +103,13 @@ def main(argv=None) -> int:
                                      "lookup": args.lookup}))
     raw_path.unlink(missing_ok=True)
     started = time.monotonic()
-    run(SYSTEM, "tb.ckpt.cocotb_crash", seed=args.seed, run_name="crash",
+    system, run_name = (SYSTEM, "crash") if args.channels == 1 else (SYSTEM_4CH, "crash_4ch")
+    run(system, "tb.ckpt.cocotb_crash", seed=args.seed, run_name=run_name,
         extra_env={"CRASH_SPEC": str(spec_path), "CRASH_RESULT": str(raw_path)})
     report = summarize(json.loads(raw_path.read_text()), seed=args.seed, preset=args.preset,
                        batches=args.batches, profile=args.profile, lookup=args.lookup,
                        wall=time.monotonic() - started)
+    report = {"channels": args.channels, **report}
     with open(args.output, "w") as out:
         json.dump(report, out, indent=1)
     print(f"crash campaign: {report['trials']} trials, {report['failures']} failed, "
