@@ -596,6 +596,22 @@ def _line_floats(value):
     return np.frombuffer(value.to_bytes(64, "little"), dtype=np.float32)
 
 
+async def _accumulate_each_slot_once(ctx, dut, capacity, lps):
+    """One fresh accumulation per slot, scale 1.0, then wait until the sums are written."""
+    await send(ctx, dut.accumulate, [
+        {"slot": slot, "fresh": 1, "lines": lps, "scale": int(np.float32(1).view(np.uint32))}
+        for slot in range(capacity)])
+    await ctx.tick().until(dut.accumulate_idle)
+
+
+def _offer_row_line(ctx, dut, rows, line, lps):
+    """Row line ``line`` (slot ``line // lps``), written back to address ``line``."""
+    ctx.set(dut.rows.payload, _line_int(rows[line]))
+    ctx.set(dut.row_context.payload, {"slot": line // lps, "line": line % lps, "address": line})
+    ctx.set(dut.rows.valid, 1)
+    ctx.set(dut.row_context.valid, 1)
+
+
 @pytest.mark.parametrize(("delta_lanes", "fpga"), [(False, False), (True, False),
                                                    (False, True)])
 def test_datapath_apply_keeps_deltas_at_its_rate(delta_lanes, fpga):
@@ -632,17 +648,10 @@ def test_datapath_apply_keeps_deltas_at_its_rate(delta_lanes, fpga):
     async def testbench(ctx):
         ctx.set(dut.lr, int(lr.view(np.uint32)))
         ctx.set(dut.keep_deltas, 1)
-        await send(ctx, dut.accumulate, [
-            {"slot": slot, "fresh": 1, "lines": lps, "scale": int(np.float32(1).view(np.uint32))}
-            for slot in range(capacity)])
-        await ctx.tick().until(dut.accumulate_idle)
+        await _accumulate_each_slot_once(ctx, dut, capacity, lps)
         cycle = 0
         for line in range(lines):
-            ctx.set(dut.rows.payload, _line_int(rows[line]))
-            ctx.set(dut.row_context.payload, {"slot": line // lps, "line": line % lps,
-                                              "address": line})
-            ctx.set(dut.rows.valid, 1)
-            ctx.set(dut.row_context.valid, 1)
+            _offer_row_line(ctx, dut, rows, line, lps)
             while True:
                 cycle += 1
                 _, _, taken = await ctx.tick().sample(dut.rows.ready)
@@ -741,19 +750,12 @@ def test_datapath_correction_lanes_correct_beside_the_apply():
     async def testbench(ctx):
         ctx.set(dut.lr, int(lr.view(np.uint32)))
         ctx.set(dut.keep_deltas, 1)
-        await send(ctx, dut.accumulate, [
-            {"slot": slot, "fresh": 1, "lines": lps, "scale": int(np.float32(1).view(np.uint32))}
-            for slot in range(capacity)])
-        await ctx.tick().until(dut.accumulate_idle)
+        await _accumulate_each_slot_once(ctx, dut, capacity, lps)
         await ctx.tick().repeat(3 * capacity + 10)
         assert ops_queued   # (each context's queue holds its slots' ops)
         for line in range(lines):
             # A row line every other cycle, as PMEM's read port delivers them.
-            ctx.set(dut.rows.payload, _line_int(rows[line]))
-            ctx.set(dut.row_context.payload, {"slot": line // lps, "line": line % lps,
-                                              "address": line})
-            ctx.set(dut.rows.valid, 1)
-            ctx.set(dut.row_context.valid, 1)
+            _offer_row_line(ctx, dut, rows, line, lps)
             await ctx.tick().until(dut.rows.ready)
             ctx.set(dut.rows.valid, 0)
             ctx.set(dut.row_context.valid, 0)
