@@ -55,7 +55,7 @@ SYSTEM_4CH = Design("ckpt_system_4ch", "tb.ckpt.harness:CheckpointSystem", {
 #: on the first bag's queue while that bag's chain ran an adder latency per addition, so the
 #: contexts seldom worked at once. The apply's ``new - old`` has adder lanes of its own
 #: (``delta_lanes``): on the shared adder the apply took a row line every other cycle whenever a
-#: relaxed lookup waited (the README's trainingcxl table has what each of these cost). The
+#: relaxed lookup waited (docs/measurements.md has what each of these cost). The
 #: undo log's entry buffer holds 4,096 lines (256 KiB, as the write buffer): a lookup logs a
 #: line per row line it reads (8,700 per rm2_sim batch) while four PMEM channels write 0.4
 #: lines a cycle, so with 64 ``ON_LOOKUP`` held the lookup at the log's pace; now the lookup
