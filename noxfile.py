@@ -48,7 +48,12 @@ def _pytest(session, *args):
 def tests(session):
     """Everything CI runs: unit tests and the cocotb testbenches in Verilator."""
     _install(session, "sim", "fpga")
-    _pytest(session, "-m", "not slow", "--durations=15", "tests", "tb")
+    # One worker per core, at most four (a Verilator compile of a whole device takes a few
+    # GB), each taking the next test when it is free; the cocotb testbenches (tb/, the longest
+    # tests) are collected first so that none of them starts last. `-n 0` after `--` runs
+    # everything in this process.
+    _pytest(session, "-m", "not slow", "--durations=15", "-n", "auto", "--maxprocesses=4",
+            "--dist", "worksteal", "tb", "tests")
 
 
 @nox.session

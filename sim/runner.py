@@ -6,8 +6,13 @@ while the Verilog and flags are unchanged, runs the cocotb module through
 ``cocotb_tools.runner``, and raises :class:`SimulationFailed` when the results file is missing,
 records no test at all, or records a failure. The seed is always chosen here and printed, so any
 run can be repeated with ``--seed``.
+
+Several processes may share one build tree (``pytest -n 2``, or a campaign started beside the
+tests): a build directory is locked while it is emitted and compiled, and a run directory while
+its simulation runs, so two processes never write one directory at once.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -17,6 +22,11 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; one process per build tree there
+    fcntl = None
 
 from . import rtl, tools
 from . import waves as waves_mod
@@ -55,6 +65,21 @@ class RunResult:
     results_xml: Path
     waves: Path | None
     gtkw: Path | None
+
+
+@contextlib.contextmanager
+def _exclusive(directory: Path):
+    """Hold an advisory lock on ``directory`` (created if missing) for the ``with`` body."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if fcntl is None:
+        yield
+        return
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _trace_format(waves: bool) -> str | None:
@@ -107,39 +132,40 @@ def build(design: rtl.Design, *, waves: bool = False,
         key += "-x" + hashlib.sha256(
             json.dumps([str(path) for path in extra]).encode()).hexdigest()[:8]
     directory = rtl.BUILD_ROOT / "sim" / design.name / (key + (f"-{trace}" if trace else ""))
-    verilog_path, sidecar_path = rtl.emit(design, directory / "rtl")
-    build_args = list(VERILATOR_ARGS)
-    if trace == "fst":
-        build_args += ["--trace-fst", "--trace-structs"]
-    inputs = {
-        "verilog": hashlib.sha256(verilog_path.read_bytes()).hexdigest(),
-        "waivers": hashlib.sha256(WAIVER_FILE.read_bytes()).hexdigest(),
-        "library": hashlib.sha256(rtl.LIBRARY_VERILOG.read_bytes()).hexdigest(),
-        "args": build_args,
-        "trace": trace,
-        "cxxflags": tools.verilator_env().get("CXXFLAGS", ""),
-        "verilator": tools.verilator_version(tools.verilator_env().get("PATH")),
-    }
-    if extra:  # absent otherwise, so builds without extra sources keep their stamps
-        inputs["extra_sources"] = {str(path): hashlib.sha256(path.read_bytes()).hexdigest()
-                                   for path in extra}
-    stamp = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-    obj_dir = directory / "obj"
-    stamp_file = obj_dir / "trainingcxl.stamp"
-    if not ((obj_dir / design.name).exists() and stamp_file.exists()
-            and stamp_file.read_text() == stamp):
-        runner = _runner()
-        runner.build(
-            sources=[WAIVER_FILE, rtl.LIBRARY_VERILOG, *extra, verilog_path],
-            hdl_toplevel=design.name,
-            build_dir=obj_dir,
-            build_args=build_args,
-            waves=trace is not None,
-            timescale=("1ns", "1ps"),
-            always=True,
-        )
-        _drop_precompiled_headers(obj_dir)
-        stamp_file.write_text(stamp)
+    with _exclusive(directory):
+        verilog_path, sidecar_path = rtl.emit(design, directory / "rtl")
+        build_args = list(VERILATOR_ARGS)
+        if trace == "fst":
+            build_args += ["--trace-fst", "--trace-structs"]
+        inputs = {
+            "verilog": hashlib.sha256(verilog_path.read_bytes()).hexdigest(),
+            "waivers": hashlib.sha256(WAIVER_FILE.read_bytes()).hexdigest(),
+            "library": hashlib.sha256(rtl.LIBRARY_VERILOG.read_bytes()).hexdigest(),
+            "args": build_args,
+            "trace": trace,
+            "cxxflags": tools.verilator_env().get("CXXFLAGS", ""),
+            "verilator": tools.verilator_version(tools.verilator_env().get("PATH")),
+        }
+        if extra:  # absent otherwise, so builds without extra sources keep their stamps
+            inputs["extra_sources"] = {str(path): hashlib.sha256(path.read_bytes()).hexdigest()
+                                       for path in extra}
+        stamp = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+        obj_dir = directory / "obj"
+        stamp_file = obj_dir / "trainingcxl.stamp"
+        if not ((obj_dir / design.name).exists() and stamp_file.exists()
+                and stamp_file.read_text() == stamp):
+            runner = _runner()
+            runner.build(
+                sources=[WAIVER_FILE, rtl.LIBRARY_VERILOG, *extra, verilog_path],
+                hdl_toplevel=design.name,
+                build_dir=obj_dir,
+                build_args=build_args,
+                waves=trace is not None,
+                timescale=("1ns", "1ps"),
+                always=True,
+            )
+            _drop_precompiled_headers(obj_dir)
+            stamp_file.write_text(stamp)
     return Build(design, directory, verilog_path, sidecar_path, trace)
 
 
@@ -170,50 +196,50 @@ def run(design: rtl.Design, test_module: str, *, testcase: str | None = None,
     waves = waves or os.environ.get("WAVES", "") not in ("", "0")
     built = build(design, waves=waves, extra_sources=extra_sources)
     run_dir = built.directory / "runs" / (run_name or test_module.rsplit(".", 1)[-1])
-    run_dir.mkdir(parents=True, exist_ok=True)
-    results_xml = run_dir / "results.xml"
-    results_xml.unlink(missing_ok=True)
-    for stale in ("dump.vcd", "dump.fst"):
-        (run_dir / stale).unlink(missing_ok=True)
-    env = {
-        rtl.SIDECAR_ENV: str(built.sidecar),
-        # cocotbext-axi still calls APIs that cocotb 2 deprecated; hide only those.
-        "PYTHONWARNINGS": "ignore::DeprecationWarning:cocotbext.axi,"
-                          "ignore::DeprecationWarning:cocotb_bus",
-        **(extra_env or {}),
-    }
-    print(f"sim: {design.name} [{design.key}] {test_module} seed={seed} "
-          f"(repeat with TRAININGCXL_SEED={seed})", flush=True)
-    # The simulator imports the test module from its own working directory: make sure the
-    # project's packages resolve even when it is not pip-installed.
-    if str(rtl.PROJECT_ROOT) not in sys.path:
-        sys.path.insert(0, str(rtl.PROJECT_ROOT))
-    runner = _runner()
-    try:
-        runner.test(
-            test_module=test_module,
-            hdl_toplevel=design.name,
-            hdl_toplevel_lang="verilog",
-            build_dir=built.directory / "obj",
-            test_dir=run_dir,
-            testcase=testcase,
-            test_filter=test_filter,
-            seed=seed,
-            waves=built.trace is not None,
-            extra_env=env,
-            results_xml=str(results_xml),
-            timescale=("1ns", "1ps"),
-        )
-    except SystemExit as exc:  # cocotb's runner exits on simulator failure under pytest
-        if not results_xml.exists():
-            raise SimulationFailed(f"{design.name}: simulator exited with {exc.code} "
-                                   f"(seed {seed})") from None
-    tests, failures, failed = _count_results(results_xml)
-    wave_file = gtkw = None
-    if built.trace:
-        wave_file = run_dir / f"dump.{built.trace}"
-        gtkw = waves_mod.write_gtkw(built, wave_file)
-        print(f"sim: waves  {wave_file}\nsim: layout {gtkw}", flush=True)
+    with _exclusive(run_dir):
+        results_xml = run_dir / "results.xml"
+        results_xml.unlink(missing_ok=True)
+        for stale in ("dump.vcd", "dump.fst"):
+            (run_dir / stale).unlink(missing_ok=True)
+        env = {
+            rtl.SIDECAR_ENV: str(built.sidecar),
+            # cocotbext-axi still calls APIs that cocotb 2 deprecated; hide only those.
+            "PYTHONWARNINGS": "ignore::DeprecationWarning:cocotbext.axi,"
+                              "ignore::DeprecationWarning:cocotb_bus",
+            **(extra_env or {}),
+        }
+        print(f"sim: {design.name} [{design.key}] {test_module} seed={seed} "
+              f"(repeat with TRAININGCXL_SEED={seed})", flush=True)
+        # The simulator imports the test module from its own working directory: make sure the
+        # project's packages resolve even when it is not pip-installed.
+        if str(rtl.PROJECT_ROOT) not in sys.path:
+            sys.path.insert(0, str(rtl.PROJECT_ROOT))
+        runner = _runner()
+        try:
+            runner.test(
+                test_module=test_module,
+                hdl_toplevel=design.name,
+                hdl_toplevel_lang="verilog",
+                build_dir=built.directory / "obj",
+                test_dir=run_dir,
+                testcase=testcase,
+                test_filter=test_filter,
+                seed=seed,
+                waves=built.trace is not None,
+                extra_env=env,
+                results_xml=str(results_xml),
+                timescale=("1ns", "1ps"),
+            )
+        except SystemExit as exc:  # cocotb's runner exits on simulator failure under pytest
+            if not results_xml.exists():
+                raise SimulationFailed(f"{design.name}: simulator exited with {exc.code} "
+                                       f"(seed {seed})") from None
+        tests, failures, failed = _count_results(results_xml)
+        wave_file = gtkw = None
+        if built.trace:
+            wave_file = run_dir / f"dump.{built.trace}"
+            gtkw = waves_mod.write_gtkw(built, wave_file)
+            print(f"sim: waves  {wave_file}\nsim: layout {gtkw}", flush=True)
     if tests == 0:
         raise SimulationFailed(
             f"{design.name}: {test_module} ran no test (filter {testcase or test_filter!r}); "
