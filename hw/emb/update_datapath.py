@@ -532,11 +532,12 @@ class UpdateDatapath(wiring.Component):
             # free, with room kept for it (``write_room`` keeps one entry spare).
             delta_written = Signal(data.StructLayout({"valid": 1, "buffer": buffer_address}))
             apply_result = Signal()   # an applied row line enters the write queue now
-            deltas_below = Signal(range(self.buffer_lines + 1))
-            with m.If(accumulate_go):
-                m.d.sync += deltas_below.eq(0)
-            with m.Elif(delta_written.valid):
-                m.d.sync += deltas_below.eq(delta_written.buffer + 1)
+            if self._correction_lanes:
+                deltas_below = Signal(range(self.buffer_lines + 1))
+                with m.If(accumulate_go):
+                    m.d.sync += deltas_below.eq(0)
+                with m.Elif(delta_written.valid):
+                    m.d.sync += deltas_below.eq(delta_written.buffer + 1)
 
             ready = Signal(contexts)   # context c's head op can take its next line now
             for c, (queue, head, line) in enumerate(zip(queues, heads, op_lines, strict=True)):

@@ -225,14 +225,19 @@ async def index_errors_in_two_passes(dut):
     """A batch too big for the index window: the error is still found before any write."""
     bench = Bench(dut, stream=7)
     await bench.start()
-    case = random_case(bench.rng, max_tables=2, dims=(16,), max_bags=30, max_bag=30,
-                       modes=[PoolingMode.SUM])
-    while case.indices.size <= bench.index_capacity:
+    # Drawn again until the indices overflow the window and the bad one (third from the end)
+    # lies in the last table.
+    for _ in range(100):
         case = random_case(bench.rng, max_tables=2, dims=(16,), max_bags=30, max_bag=30,
                            modes=[PoolingMode.SUM])
-    position = case.indices.size - 3
+        table = len(case.tables) - 1
+        position = case.indices.size - 3
+        if (case.indices.size > bench.index_capacity
+                and case.offsets[table * case.bags] <= position):
+            break
+    else:
+        raise AssertionError("no draw of 100 overflows the index window")
     case.indices[position] = case.tables[-1].shape[0] + 5
-    table = len(case.tables) - 1
     starts = case.offsets[table * case.bags:(table + 1) * case.bags]
     bag = int(np.searchsorted(starts, position, side="right")) - 1
     await expect_error(bench, case, {"error": ErrorCode.INDEX_OUT_OF_RANGE, "table": table,
