@@ -268,20 +268,37 @@ def test_update_refuses_a_deferred_lookup_changed_in_memory(broken, changes):
     assert bytes(image[0x1000:0x4000]) == tables_before   # no row written
 
 
+_CHUNKED_CONFIGS = [
+    # (correction_bags, contexts, bags, max_bag, queue_depth, correction_lanes)
+    (0, 4, 3, 4, None, False), (2, 4, 3, 4, None, False), (16, 4, 3, 4, None, False),
+    # One bag at a time; and bags of 1 to 12 occurrences interleaved two and three at a
+    # time, so a short bag's context comes round while a long one's chain still runs.
+    (2, 1, 3, 4, None, False), (2, 2, 5, 12, None, False), (3, 3, 5, 12, None, False),
+    # Queues of 2 (the walk stalls on a full queue in nearly every bag) and of 64 (every
+    # bag's occurrences queued at once).
+    (2, 3, 5, 12, 2, False), (2, 3, 5, 12, 64, False),
+    # The correction on lanes of its own, each pass beside its chunk's apply: bags through
+    # memory (their stores share the write queue with the apply), on chip, and both.
+    (0, 4, 3, 4, None, True), (16, 4, 3, 4, None, True), (2, 3, 5, 12, 2, True),
+]
+
+
+def _chunked_cases():
+    """Every configuration with both modes; CI runs each configuration in one of them,
+    MEAN and WEIGHTED in turn (the other is ``slow``: each case simulates for 10-40 s)."""
+    modes = (PoolingMode.MEAN, PoolingMode.WEIGHTED)
+    cases = []
+    for number, config in enumerate(_CHUNKED_CONFIGS):
+        for mode in modes:
+            marks = () if mode == modes[number % 2] else pytest.mark.slow
+            cases.append(pytest.param(mode, *config, marks=marks,
+                                      id="-".join(str(value) for value in (mode, *config))))
+    return cases
+
+
 @pytest.mark.parametrize(
-    ("correction_bags", "contexts", "bags", "max_bag", "queue_depth", "correction_lanes"), [
-        (0, 4, 3, 4, None, False), (2, 4, 3, 4, None, False), (16, 4, 3, 4, None, False),
-        # One bag at a time; and bags of 1 to 12 occurrences interleaved two and three at a
-        # time, so a short bag's context comes round while a long one's chain still runs.
-        (2, 1, 3, 4, None, False), (2, 2, 5, 12, None, False), (3, 3, 5, 12, None, False),
-        # Queues of 2 (the walk stalls on a full queue in nearly every bag) and of 64 (every
-        # bag's occurrences queued at once).
-        (2, 3, 5, 12, 2, False), (2, 3, 5, 12, 64, False),
-        # The correction on lanes of its own, each pass beside its chunk's apply: bags through
-        # memory (their stores share the write queue with the apply), on chip, and both.
-        (0, 4, 3, 4, None, True), (16, 4, 3, 4, None, True), (2, 3, 5, 12, 2, True),
-    ])
-@pytest.mark.parametrize("mode", [PoolingMode.MEAN, PoolingMode.WEIGHTED])
+    ("mode", "correction_bags", "contexts", "bags", "max_bag", "queue_depth",
+     "correction_lanes"), _chunked_cases())
 def test_chunked_update_corrects_chunk_by_chunk(mode, correction_bags, contexts, bags,
                                                 max_bag, queue_depth, correction_lanes):
     """Batch N has more distinct rows than the CAM holds: UPDATE(N) corrects the deferred
