@@ -8,8 +8,8 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, Timer
 
-__all__ = ["CLOCK_PERIOD_NS", "cycles_timer", "pause_pattern", "reset", "rng", "start_clock",
-           "wait_cycles"]
+__all__ = ["CLOCK_PERIOD_NS", "cycles_timer", "draw_until", "pause_pattern", "reset", "rng",
+           "start_clock", "wait_cycles"]
 
 CLOCK_PERIOD_NS = 10
 
@@ -61,3 +61,16 @@ def pause_pattern(seed: int, busy: float):
         raise ValueError(f"busy must be in [0, 1), not {busy!r}")
     draw = random.Random(seed)
     return (int(draw.random() < busy) for _ in itertools.count())
+
+
+def draw_until(draw, accept, what: str, *, attempts: int = 100):
+    """``draw()`` again until ``accept`` holds for its value, which is returned. A test that
+    needs a property its random generator only usually gives stays bounded: after
+    ``attempts`` draws it fails with "no draw of <attempts> <what>"."""
+    if attempts < 1:
+        raise ValueError(f"attempts must be at least 1, not {attempts!r}")
+    for _ in range(attempts):
+        value = draw()
+        if accept(value):
+            return value
+    raise AssertionError(f"no draw of {attempts} {what}")

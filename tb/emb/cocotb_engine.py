@@ -7,6 +7,7 @@ import numpy as np
 from hw.emb.layouts import ErrorCode, Opcode, PoolingMode
 from sim.rtl import sidecar_from_env
 from sw_model import sparse_sgd_update
+from tb.common import draw_until
 from tb.emb.harness import Bench, LookupCase, golden, random_case, same_bits
 
 
@@ -30,13 +31,10 @@ async def lookup_update_lookup(dut):
     await bench.start()
     properties = sidecar_from_env()["properties"]
     capacity = bench.params.get("max_unique_rows", 64)
-    for _ in range(100):   # drawn again until some bag is not empty
-        case = random_case(bench.rng, max_tables=2, dims=(16, 32), max_bags=5, max_bag=6,
-                           max_rows=10, modes=[PoolingMode.SUM])
-        if case.indices.size:
-            break
-    else:
-        raise AssertionError("every draw of 100 has only empty bags")
+    case = draw_until(
+        lambda: random_case(bench.rng, max_tables=2, dims=(16, 32), max_bags=5, max_bag=6,
+                            max_rows=10, modes=[PoolingMode.SUM]),
+        lambda case: case.indices.size > 0, "has a bag that is not empty")
     before = bench.driver.counters()
     placement = await bench.lookup_and_compare(case, "first lookup")
 

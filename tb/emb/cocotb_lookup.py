@@ -11,6 +11,7 @@ import numpy as np
 
 from hw.emb.layouts import LINE_BYTES, ErrorCode, Opcode, PoolingMode
 from sim.rtl import design_from_env
+from tb.common import draw_until
 from tb.emb.harness import (
     BUFFER_REGION,
     BUFFER_REGION_SIZE,
@@ -227,16 +228,15 @@ async def index_errors_in_two_passes(dut):
     await bench.start()
     # Drawn again until the indices overflow the window and the bad one (third from the end)
     # lies in the last table.
-    for _ in range(100):
-        case = random_case(bench.rng, max_tables=2, dims=(16,), max_bags=30, max_bag=30,
-                           modes=[PoolingMode.SUM])
-        table = len(case.tables) - 1
-        position = case.indices.size - 3
-        if (case.indices.size > bench.index_capacity
-                and case.offsets[table * case.bags] <= position):
-            break
-    else:
-        raise AssertionError("no draw of 100 overflows the index window")
+    case = draw_until(
+        lambda: random_case(bench.rng, max_tables=2, dims=(16,), max_bags=30, max_bag=30,
+                            modes=[PoolingMode.SUM]),
+        lambda case: (case.indices.size > bench.index_capacity
+                      and case.offsets[(len(case.tables) - 1) * case.bags]
+                      <= case.indices.size - 3),
+        "overflows the index window with its third index from the end in the last table")
+    table = len(case.tables) - 1
+    position = case.indices.size - 3
     case.indices[position] = case.tables[-1].shape[0] + 5
     starts = case.offsets[table * case.bags:(table + 1) * case.bags]
     bag = int(np.searchsorted(starts, position, side="right")) - 1

@@ -7,6 +7,8 @@ buffers, rows not looked up) must be untouched. A bad command must leave memory 
 was. Counters are checked for exact increments.
 """
 
+import functools
+
 import cocotb
 import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge, SimTimeoutError, with_timeout
@@ -14,7 +16,7 @@ from cocotbext.axi import AxiBus, AxiRam
 
 from hw.emb.layouts import ErrorCode, Opcode, PoolingMode, counters_layout, status_layout
 from sim.rtl import design_from_env, sidecar_from_env
-from tb.common import pause_pattern, reset, rng, start_clock
+from tb.common import draw_until, pause_pattern, reset, rng, start_clock
 from tb.emb.update_scenarios import (
     LINE,
     MEMORY_BYTES,
@@ -233,15 +235,13 @@ async def chunking(dut):
         harness.ram.write_if.b_channel.set_pause_generator(pause_pattern(number, b_busy))
         # Drawn again until it has more than two chunks of distinct rows (a one-table draw
         # with short bags may not).
-        for _ in range(100):
-            scenario = random_scenario(
-                draw, max_tables=min(2, harness.max_tables),
+        scenario = draw_until(
+            functools.partial(
+                random_scenario, draw, max_tables=min(2, harness.max_tables),
                 dims=[d for d in dims if d <= harness.max_dim] or [16],
-                rows=(capacity * 3, capacity * 8), bags=(4, 8), bag_length=(4, 12), zipf=1.2)
-            if _distinct_rows(scenario) > 2 * capacity:
-                break
-        else:
-            raise AssertionError("no draw of 100 has more than two chunks of distinct rows")
+                rows=(capacity * 3, capacity * 8), bags=(4, 8), bag_length=(4, 12), zipf=1.2),
+            lambda scenario: _distinct_rows(scenario) > 2 * capacity,
+            "has more than two chunks of distinct rows")
         result = await harness.check_update(scenario, label=f"chunking {number}")
         assert result["counters"]["rows_read"] >= _distinct_rows(scenario) > 2 * capacity
 
