@@ -431,9 +431,11 @@ class UpdateEngine(wiring.Component):
         checker = m.submodules.checker = CommandChecker(
             max_tables=self._max_tables, max_dim=self._max_dim,
             num_regions=self._num_regions, addr_width=aw)
-        sources = [("rows", self._outstanding_reads),
-                   ("gradient", self._outstanding_reads),
-                   ("indices", _STREAM_DEPTH),
+        # In priority order: the walks' word streams and a bag's few lines first. They take
+        # a line per 16 occurrences (or per bag), so they cost the row and gradient streams
+        # little; behind those, which ask for a line every cycle, they would wait for a gap,
+        # and the relaxed lookup's correction walk, run during the apply, would starve.
+        sources = [("indices", _STREAM_DEPTH),
                    ("weights", _STREAM_DEPTH),
                    ("offsets", _STREAM_DEPTH)]
         if relaxed:
@@ -441,6 +443,8 @@ class UpdateEngine(wiring.Component):
                         ("deferred_indices", _STREAM_DEPTH),
                         ("deferred_weights", _STREAM_DEPTH),
                         ("deferred_offsets", _STREAM_DEPTH)]
+        sources += [("rows", self._outstanding_reads),
+                    ("gradient", self._outstanding_reads)]
         router = per_command("router", ReadRouter(
             line_address_width=line_address_width, sources=sources,
             # Rows and gradients stream at up to a line per cycle; the rest (word streams, a
