@@ -339,6 +339,8 @@ class _Injector:
         self.device = device
         self.fired = Event()
         self.phase_at_failure = None
+        # The step's command returned its status before the failure (set by the step).
+        self.command_finished = False
         self.task = cocotb.start_soon(self._run(delay, on_phase))
 
     async def _run(self, delay, on_phase):
@@ -490,9 +492,11 @@ class Trainer:
         await device.issue(opcode, n, **fields)
         status = await device.finish(abort=injector.fired if injector else None)
         cycles = device.now() - started
-        if injector and not injector.fired.is_set():
-            # The failure lands after the command, while the host computes.
-            await injector.fired.wait()
+        if injector:
+            injector.command_finished = status is not None
+            if not injector.fired.is_set():
+                # The failure lands after the command, while the host computes.
+                await injector.fired.wait()
         return status, injector, cycles
 
     async def _run_relaxed_batch(self, plan):
@@ -590,19 +594,23 @@ class Trainer:
         return None
 
     # --- failure and recovery ----------------------------------------------------------------
-    def _oracle_phase(self, plan: FailurePlan, phase: CheckpointPhase) -> Failure:
+    def _oracle_phase(self, plan: FailurePlan, injector: _Injector) -> Failure:
         """The persistence-contract phase of the device at the failure."""
         n = plan.batch
+        phase = injector.phase_at_failure
         if plan.step == "lookup":
             return Failure(n, Phase.LOOKUP)
         if plan.step == "snapshot":
             return Failure(n, Phase.SNAPSHOT)
-        # UPDATE(n) in flight or done.
-        if phase in (CheckpointPhase.REPLAY, CheckpointPhase.SEAL, CheckpointPhase.FLAG,
-                     CheckpointPhase.UPDATE, CheckpointPhase.DRAIN):
-            return Failure(n, Phase.UPDATE)
-        if phase in (CheckpointPhase.COMMIT, CheckpointPhase.REPLY):
-            return Failure(n, Phase.COMMIT)
+        # UPDATE(n) in flight, or done: once its status has reached the host, batch n is
+        # committed, whatever the device does next (after a relaxed LOOKUP(n + 1) that was not
+        # logged ahead, it replays that lookup into n + 1's log at once: phase REPLAY again).
+        if not injector.command_finished:
+            if phase in (CheckpointPhase.REPLAY, CheckpointPhase.SEAL, CheckpointPhase.FLAG,
+                         CheckpointPhase.UPDATE, CheckpointPhase.DRAIN):
+                return Failure(n, Phase.UPDATE)
+            if phase in (CheckpointPhase.COMMIT, CheckpointPhase.REPLY):
+                return Failure(n, Phase.COMMIT)
         # UPDATE(n) finished before the failure: the host was about to go on.
         if is_snapshot_batch(n, self.interval):
             return Failure(n, Phase.SNAPSHOT)
@@ -610,7 +618,7 @@ class Trainer:
 
     async def fail_and_recover(self, plan: FailurePlan, injector: _Injector) -> TrialResult:
         device = self.device
-        failure = self._oracle_phase(plan, injector.phase_at_failure)
+        failure = self._oracle_phase(plan, injector)
         lost, kept = await device.power_cycle(seed=plan.seed, keep=plan.keep)
         again = False
         if plan.recovery_delay is not None:
