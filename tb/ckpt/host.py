@@ -461,22 +461,18 @@ class Trainer:
         fields = self._fields(batch)
 
         batch_started = device.now()
-        status, injector, lookup_cycles = await self._step(plan, "lookup", Opcode.LOOKUP, n,
-                                                           fields)
+        injector, lookup_cycles = await self._step(plan, "lookup", Opcode.LOOKUP, n, fields)
         if injector:
             return injector
         host_started = device.now()
-        assert status["error"] == ErrorCode.NONE, (n, status, device.error())
         await self._host_step(n, batch, pool_embeddings(tables, batch, preset))
         if self.host_gap:
             await wait_cycles(device.dut.clk, self.host_gap)
         host_cycles = device.now() - host_started
 
-        status, injector, update_cycles = await self._step(plan, "update", Opcode.UPDATE, n,
-                                                           fields)
+        injector, update_cycles = await self._step(plan, "update", Opcode.UPDATE, n, fields)
         if injector:
             return injector
-        assert status["error"] == ErrorCode.NONE, (n, status, device.error())
         self.batch_cycles.append({"batch": n, "lookup": lookup_cycles, "host": host_cycles,
                                   "update": update_cycles,
                                   "total": device.now() - batch_started})
@@ -484,7 +480,8 @@ class Trainer:
 
     async def _step(self, plan, name, opcode, n, fields):
         """Run one command of batch ``n``, with the plan's failure if it is for step ``name``;
-        returns (status, or None if power failed first; the injector or None; cycles)."""
+        returns (the injector, or None without a failure planned here; cycles). A status with an
+        error fails the run."""
         device = self.device
         injector = (_Injector(device, plan.delay, plan.on_phase)
                     if plan and plan.step == name else None)
@@ -492,12 +489,14 @@ class Trainer:
         await device.issue(opcode, n, **fields)
         status = await device.finish(abort=injector.fired if injector else None)
         cycles = device.now() - started
+        # Checked before the failure's oracle sees it: a refused command has not finished.
+        assert status is None or status["error"] == ErrorCode.NONE, (n, status, device.error())
         if injector:
             injector.command_finished = status is not None
             if not injector.fired.is_set():
                 # The failure lands after the command, while the host computes.
                 await injector.fired.wait()
-        return status, injector, cycles
+        return injector, cycles
 
     async def _run_relaxed_batch(self, plan):
         """Batch N with relaxed lookup. LOOKUP(N) ran ahead during batch N - 1 (else it runs
@@ -521,11 +520,10 @@ class Trainer:
             expected = self._ahead[1]
         else:
             await self._stage(batch)
-            status, injector, lookup_cycles = await self._step(
+            injector, lookup_cycles = await self._step(
                 plan, "lookup", Opcode.LOOKUP, n, self._fields(batch))
             if injector:
                 return injector
-            assert status["error"] == ErrorCode.NONE, (n, status, device.error())
             expected = pool_embeddings(self.golden.tables[n - 1], batch, preset)
         host_started = device.now()
         update, deltas = await self._host_step(n, batch, expected)
@@ -538,18 +536,16 @@ class Trainer:
         if self.host_gap:
             await wait_cycles(device.dut.clk, self.host_gap)
         if ahead is not None:
-            status, injector, cycles = await ahead
+            injector, cycles = await ahead
             if injector:
                 return injector
-            assert status["error"] == ErrorCode.NONE, (n + 1, status, device.error())
             assert device.value("engine_deferred") == 1, "LOOKUP(N + 1) was not deferred"
             lookup_cycles += cycles
         host_cycles = device.now() - host_started
-        status, injector, update_cycles = await self._step(plan, "update", Opcode.UPDATE, n,
+        injector, update_cycles = await self._step(plan, "update", Opcode.UPDATE, n,
                                                            self._fields(batch))
         if injector:
             return injector
-        assert status["error"] == ErrorCode.NONE, (n, status, device.error())
         if ahead is not None:
             self._ahead = (n + 1, relaxed_lookup(
                 self.golden.tables[n - 1], update.tables, update.updated_rows(),
