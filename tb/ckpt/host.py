@@ -543,7 +543,7 @@ class Trainer:
             lookup_cycles += cycles
         host_cycles = device.now() - host_started
         injector, update_cycles = await self._step(plan, "update", Opcode.UPDATE, n,
-                                                           self._fields(batch))
+                                                   self._fields(batch))
         if injector:
             return injector
         if ahead is not None:
