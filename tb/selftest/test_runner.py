@@ -3,7 +3,7 @@
 import pytest
 
 from sim.rtl import Design
-from sim.runner import SimulationFailed, build, run
+from sim.runner import PUBLIC_FLAT_RW, SimulationFailed, build, run
 
 pytestmark = pytest.mark.sim
 
@@ -45,3 +45,14 @@ def test_a_build_keeps_its_model_and_drops_the_precompiled_headers():
     assert build(DESIGN).directory == first.directory
     assert (obj_dir / DESIGN.name).stat().st_mtime_ns == model
     assert run(DESIGN, MODULE, run_name="after_cleanup").tests == 2
+
+
+def test_only_the_top_module_is_public():
+    """Built without cocotb's --public-flat-rw, with the top module public in a control file
+    (Verilator records the command line beside the model)."""
+    built = build(DESIGN)
+    command = (built.directory / "obj" / "Vtop__verFiles.dat").read_text().splitlines()[1]
+    assert PUBLIC_FLAT_RW not in command.split()
+    assert str(built.directory / "top_public.vlt") in command.split()
+    assert (built.directory / "top_public.vlt").read_text().endswith(
+        f'public_flat_rw -module "{DESIGN.name}" -var "*"\n')
