@@ -1,8 +1,8 @@
 """The one runner every cocotb testbench goes through.
 
 ``run(design, "tb.fp.cocotb_fp")`` emits the design's Verilog (``sim.rtl``), builds it with
-Verilator once per configuration into ``build/sim/<name>/<key>[-<trace>]/`` and reuses that build
-while the Verilog and flags are unchanged, runs the cocotb module through
+Verilator once per configuration into ``build/sim/<name>/<key>[-internal][-<trace>]/`` and
+reuses that build while the Verilog and flags are unchanged, runs the cocotb module through
 ``cocotb_tools.runner``, and raises :class:`SimulationFailed` when the results file is missing,
 records no test at all, or records a failure. The seed is always chosen here and printed, so any
 run can be repeated with ``--seed``.
@@ -11,6 +11,9 @@ Only the top module's signals are visible to the testbenches (they drive and wat
 cocotb's runner builds with ``--public-flat-rw``, which keeps every signal of the design as a
 VPI object and made the largest model (``ckpt_system_4ch``) compile in 634 s and simulate about
 3.5x slower; this runner drops the flag and marks the top module public in a control file.
+``internal_signals=True`` (``$TRAININGCXL_INTERNAL_SIGNALS``, pytest's ``--internal-signals``)
+keeps it, in a build directory of its own, for a testbench that reads signals inside the design
+(``dut.embedding.update.fsm_state``).
 
 Several processes may share one build tree (``pytest -n 2``, or a campaign started beside the
 tests): a build directory is locked while it is emitted and compiled, and a run directory while
@@ -63,6 +66,7 @@ class Build:
     verilog: Path
     sidecar: Path
     trace: str | None  # None, "vcd" or "fst"
+    internal_signals: bool  # every signal a VPI object (--public-flat-rw), not only the top's
 
 
 @dataclass(frozen=True)
@@ -100,9 +104,16 @@ def _trace_format(waves: bool) -> str | None:
     return "vcd"
 
 
-def _runner():
+def _internal_signals(requested: bool) -> bool:
+    return requested or os.environ.get("TRAININGCXL_INTERNAL_SIGNALS", "") not in ("", "0")
+
+
+def _runner(*, internal_signals: bool = False):
     os.environ.update(tools.verilator_env())
     from cocotb_tools.runner import Verilator
+
+    if internal_signals:
+        return Verilator()
 
     class TopPublicVerilator(Verilator):
         """cocotb's Verilator runner without ``--public-flat-rw`` (see the module docstring)."""
@@ -142,9 +153,12 @@ def _drop_precompiled_headers(obj_dir: Path) -> None:
         header.unlink()
 
 
-def build(design: rtl.Design, *, waves: bool = False,
+def build(design: rtl.Design, *, waves: bool = False, internal_signals: bool = False,
           extra_sources: Iterable[str | os.PathLike] | None = None) -> Build:
     """Emit and compile ``design``; reuse the previous build when nothing changed.
+
+    ``internal_signals`` (or ``$TRAININGCXL_INTERNAL_SIGNALS``) makes every signal of the
+    design visible to the testbench, in a build of its own; by default only the top module's.
 
     ``extra_sources`` are additional files handed to Verilator before the design's Verilog,
     for example behavioural models of vendor cells the design instantiates and their ``.vlt``
@@ -152,11 +166,14 @@ def build(design: rtl.Design, *, waves: bool = False,
     their contents are part of the rebuild check.
     """
     trace = _trace_format(waves)
+    internal_signals = _internal_signals(internal_signals)
     extra = _extra_sources(extra_sources)
     key = design.key
     if extra:
         key += "-x" + hashlib.sha256(
             json.dumps([str(path) for path in extra]).encode()).hexdigest()[:8]
+    if internal_signals:
+        key += "-internal"
     directory = rtl.BUILD_ROOT / "sim" / design.name / (key + (f"-{trace}" if trace else ""))
     with _exclusive(directory):
         verilog_path, sidecar_path = rtl.emit(design, directory / "rtl")
@@ -171,6 +188,7 @@ def build(design: rtl.Design, *, waves: bool = False,
             "library": hashlib.sha256(rtl.LIBRARY_VERILOG.read_bytes()).hexdigest(),
             "args": build_args,
             "trace": trace,
+            "internal_signals": internal_signals,
             "cxxflags": tools.verilator_env().get("CXXFLAGS", ""),
             "verilator": tools.verilator_version(tools.verilator_env().get("PATH")),
         }
@@ -182,7 +200,7 @@ def build(design: rtl.Design, *, waves: bool = False,
         stamp_file = obj_dir / "trainingcxl.stamp"
         if not ((obj_dir / design.name).exists() and stamp_file.exists()
                 and stamp_file.read_text() == stamp):
-            runner = _runner()
+            runner = _runner(internal_signals=internal_signals)
             runner.build(
                 sources=[WAIVER_FILE, top_public, rtl.LIBRARY_VERILOG, *extra, verilog_path],
                 hdl_toplevel=design.name,
@@ -194,7 +212,7 @@ def build(design: rtl.Design, *, waves: bool = False,
             )
             _drop_precompiled_headers(obj_dir)
             stamp_file.write_text(stamp)
-    return Build(design, directory, verilog_path, sidecar_path, trace)
+    return Build(design, directory, verilog_path, sidecar_path, trace, internal_signals)
 
 
 def _count_results(results_xml: Path) -> tuple[int, int, list[str]]:
@@ -211,18 +229,20 @@ def _count_results(results_xml: Path) -> tuple[int, int, list[str]]:
 
 def run(design: rtl.Design, test_module: str, *, testcase: str | None = None,
         test_filter: str | None = None, seed: int | None = None, waves: bool = False,
-        extra_env: dict[str, str] | None = None, run_name: str | None = None,
+        internal_signals: bool = False, extra_env: dict[str, str] | None = None,
+        run_name: str | None = None,
         extra_sources: Iterable[str | os.PathLike] | None = None) -> RunResult:
     """Build ``design`` (or reuse its build) and run the cocotb tests in ``test_module``.
 
     ``seed`` defaults to ``$TRAININGCXL_SEED`` or a fresh random one; it is printed and
-    appears in the failure message with the way to repeat the run. ``extra_sources`` are
-    passed on to :func:`build`.
+    appears in the failure message with the way to repeat the run. ``internal_signals`` and
+    ``extra_sources`` are passed on to :func:`build`.
     """
     if seed is None:
         seed = int(os.environ.get("TRAININGCXL_SEED", random.randrange(2**31)))
     waves = waves or os.environ.get("WAVES", "") not in ("", "0")
-    built = build(design, waves=waves, extra_sources=extra_sources)
+    built = build(design, waves=waves, internal_signals=internal_signals,
+                  extra_sources=extra_sources)
     run_dir = built.directory / "runs" / (run_name or test_module.rsplit(".", 1)[-1])
     with _exclusive(run_dir):
         results_xml = run_dir / "results.xml"
@@ -242,7 +262,7 @@ def run(design: rtl.Design, test_module: str, *, testcase: str | None = None,
         # project's packages resolve even when it is not pip-installed.
         if str(rtl.PROJECT_ROOT) not in sys.path:
             sys.path.insert(0, str(rtl.PROJECT_ROOT))
-        runner = _runner()
+        runner = _runner(internal_signals=built.internal_signals)
         try:
             runner.test(
                 test_module=test_module,

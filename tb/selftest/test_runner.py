@@ -56,3 +56,13 @@ def test_only_the_top_module_is_public():
     assert str(built.directory / "top_public.vlt") in command.split()
     assert (built.directory / "top_public.vlt").read_text().endswith(
         f'public_flat_rw -module "{DESIGN.name}" -var "*"\n')
+
+
+def test_internal_signals_keep_every_signal_public_in_a_build_of_their_own():
+    built = build(DESIGN, internal_signals=True)
+    command = (built.directory / "obj" / "Vtop__verFiles.dat").read_text().splitlines()[1]
+    assert PUBLIC_FLAT_RW in command.split()
+    assert built.internal_signals and built.directory.name.endswith("-internal")
+    assert built.directory != build(DESIGN).directory
+    assert run(DESIGN, MODULE, run_name="internal", testcase="accumulates",
+               internal_signals=True).tests == 1
