@@ -47,21 +47,24 @@ def test_a_build_keeps_its_model_and_drops_the_precompiled_headers():
     assert run(DESIGN, MODULE, run_name="after_cleanup").tests == 2
 
 
+def _verilator_command(built):
+    """The arguments Verilator was called with, as it records them beside the model."""
+    return (built.directory / "obj" / "Vtop__verFiles.dat").read_text().splitlines()[1].split()
+
+
 def test_only_the_top_module_is_public():
-    """Built without cocotb's --public-flat-rw, with the top module public in a control file
-    (Verilator records the command line beside the model)."""
+    """Built without cocotb's --public-flat-rw, with the top module public in a control file."""
     built = build(DESIGN)
-    command = (built.directory / "obj" / "Vtop__verFiles.dat").read_text().splitlines()[1]
-    assert PUBLIC_FLAT_RW not in command.split()
-    assert str(built.directory / "top_public.vlt") in command.split()
+    command = _verilator_command(built)
+    assert PUBLIC_FLAT_RW not in command
+    assert str(built.directory / "top_public.vlt") in command
     assert (built.directory / "top_public.vlt").read_text().endswith(
         f'public_flat_rw -module "{DESIGN.name}" -var "*"\n')
 
 
 def test_internal_signals_keep_every_signal_public_in_a_build_of_their_own():
     built = build(DESIGN, internal_signals=True)
-    command = (built.directory / "obj" / "Vtop__verFiles.dat").read_text().splitlines()[1]
-    assert PUBLIC_FLAT_RW in command.split()
+    assert PUBLIC_FLAT_RW in _verilator_command(built)
     assert built.internal_signals and built.directory.name.endswith("-internal")
     assert built.directory != build(DESIGN).directory
     assert run(DESIGN, MODULE, run_name="internal", testcase="accumulates",
