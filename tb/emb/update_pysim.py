@@ -9,9 +9,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-from amaranth.sim import Simulator
 
 from hw.emb.layouts import counters_layout, status_layout
+from tb.pysim import simulate
 
 __all__ = ["EngineRun", "run_engine"]
 
@@ -132,11 +132,7 @@ def run_engine(engine, scenarios, *, addr_width, max_tables, num_regions, seed=0
             reads = [(cycle - accepted, address) for cycle, address in memory.read_log]
             results.append(EngineRun(status, memory.image, counters, cycles, reads))
 
-    sim = Simulator(engine)
-    sim.add_clock(1e-6)
-    sim.add_process(memory.serve)
-    sim.add_testbench(testbench)
-    sim.run_until(deadline * 1e-6)
+    simulate(engine, testbench, processes=[memory.serve], deadline=deadline, check=False)
     assert len(results) == len(scenarios), (
         f"the engine finished {len(results)} of {len(scenarios)} commands")
     return results

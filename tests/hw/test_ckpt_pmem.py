@@ -4,25 +4,14 @@ profiles, persistence at the B response, and power failure (seeded verdicts per 
 beat never undoing a newer kept write to its line)."""
 
 from fractions import Fraction
+from functools import partial
 
 import pytest
-from amaranth.sim import Simulator
 
 from sim.pmem import DRAM, PMEM, PROFILES, MemoryProfile, PmemModel, power_fail_verdicts
+from tb import pysim
 
-
-def run(dut, testbench, deadline=20_000):
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    done = []
-
-    async def wrapped(ctx):
-        await testbench(ctx)
-        done.append(True)
-
-    sim.add_testbench(wrapped)
-    sim.run_until(deadline * 1e-6)
-    assert done, "testbench did not finish"
+run = partial(pysim.simulate, deadline=20_000)
 
 
 def apply(ctx, dut, profile):

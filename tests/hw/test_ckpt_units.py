@@ -4,10 +4,10 @@ the log writer's groups, and the tap (tables only, bursts, exact duplicate filte
 lost when the buffer is full)."""
 
 import random
+from functools import partial
 
 import pytest
 from amaranth.hdl import ResetInserter, Signal
-from amaranth.sim import Simulator
 
 from hw.ckpt.layouts import (
     COMMIT_LAYOUT,
@@ -25,20 +25,9 @@ from hw.ckpt.log_writer import LogWriter
 from hw.ckpt.tap import LookupTap
 from hw.ckpt.write_tap import UpdateWriteTap
 from hw.emb.layouts import table_layout
+from tb import pysim
 
-
-def run(dut, testbench, deadline=50_000):
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    done = []
-
-    async def wrapped(ctx):
-        await testbench(ctx)
-        done.append(True)
-
-    sim.add_testbench(wrapped)
-    sim.run_until(deadline * 1e-6)
-    assert done, "testbench did not finish"
+run = partial(pysim.simulate, deadline=50_000)
 
 
 def test_records_round_trip_and_reject_torn_or_foreign_lines():

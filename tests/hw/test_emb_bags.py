@@ -8,10 +8,10 @@ import random
 import numpy as np
 import pytest
 from amaranth.lib import data
-from amaranth.sim import Simulator
 
 from hw.emb.bags import BagSequencer
 from hw.emb.layouts import PoolingMode, table_layout
+from tb import pysim
 
 LANES = 16
 ADDR_WIDTH = 32
@@ -90,11 +90,7 @@ def run_sequencer(draw, offsets, bags, *, stalls=True, **params):
             quiet = quiet + 1 if done and not valid else 0
         state["done"] = True
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(control)
-    sim.add_testbench(take)
-    sim.run_until(40_000e-6)
+    pysim.simulate(dut, control, take, deadline=40_000, check=False)
     assert state["done"], "the sequencer never finished"
     return got, cycles
 

@@ -6,11 +6,11 @@ import random
 
 import pytest
 from amaranth.lib import data
-from amaranth.sim import Simulator
 
 from hw.emb.bags import descriptor_layout
 from hw.emb.gather import ONE, GatherIssuer, OpKind
 from hw.emb.layouts import ErrorCode, PoolingMode, table_layout
+from tb import pysim
 
 LANES = 16
 ADDR_WIDTH = 32
@@ -148,13 +148,8 @@ def run_issuer(draw, bags, indices, weights, *, registered_ready, stages):
             quiet = quiet + 1 if finished else 0
         state["error"] = ctx.get(dut.error)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(feed_descriptors)
-    sim.add_testbench(grow_limits)
-    sim.add_process(serve_windows)
-    sim.add_testbench(take_requests)
-    sim.run_until(20_000e-6)
+    pysim.simulate(dut, feed_descriptors, grow_limits, take_requests,
+                   processes=[serve_windows], deadline=20_000, check=False)
     return issued, state["error"], state["fed"]
 
 
@@ -240,11 +235,7 @@ def test_issuer_issues_a_line_per_cycle(stages):
             if valid:
                 cycles.append(cycle)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(feed_descriptors)
-    sim.add_process(serve_windows)
-    sim.add_testbench(take_requests)
-    sim.run_until(2_000e-6)
+    pysim.simulate(dut, feed_descriptors, take_requests, processes=[serve_windows],
+                   deadline=2_000, check=False)
     assert len(cycles) == len(indices), "the issuer stopped"
     assert cycles[-1] - cycles[0] == len(indices) - 1, cycles

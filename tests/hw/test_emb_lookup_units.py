@@ -3,11 +3,11 @@
 
 import itertools
 import random
+from functools import partial
 
 import numpy as np
 import pytest
 from amaranth.lib import data
-from amaranth.sim import Simulator
 
 from hw.emb.checks import CommandChecker
 from hw.emb.gather import OpKind, op_layout
@@ -20,25 +20,9 @@ from hw.fp import FPAdd, FPMul
 from hw.mem.line_stream import LinePrefetch, LineStream
 from hw.mem.line_writer import LineWriter
 from hw.mem.reorder import ReadReorderBuffer
+from tb import pysim
 
-
-def simulate(dut, *testbenches, deadline=50_000):
-    """Run until every testbench returns; a testbench still waiting at ``deadline`` cycles
-    means the design hangs."""
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    finished = []
-
-    def finishing(testbench):
-        async def run(ctx):
-            await testbench(ctx)
-            finished.append(testbench)
-        return run
-
-    for testbench in testbenches:
-        sim.add_testbench(finishing(testbench))
-    sim.run_until(deadline * 1e-6)
-    assert len(finished) == len(testbenches), "a testbench did not finish: the design hangs"
+simulate = partial(pysim.simulate, deadline=50_000)
 
 
 def pack_line(values):

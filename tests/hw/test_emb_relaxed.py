@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 from amaranth.hdl import Fragment
-from amaranth.sim import Simulator
 
 from hw.emb.engine import EmbeddingEngine
 from hw.emb.layouts import (
@@ -25,6 +24,7 @@ from hw.emb.layouts import (
 from hw.emb.update_correct import CorrectionSequencer
 from hw.emb.update_walker import OccurrenceWalker
 from sw_model import embedding_bag_tbe, relaxed_lookup, sparse_sgd_update, update_deltas
+from tb import pysim
 from tb.emb.cases import same_bits
 from tb.emb.update_pysim import AxiMemoryModel
 
@@ -133,14 +133,7 @@ def run(engine, image, steps, *, descriptors, deadline=100_000, patches=None):
             statuses.append(status_layout().from_bits(ctx.get(engine.done.payload.as_value())))
             await ctx.tick()
 
-    sim = Simulator(engine)
-    sim.add_clock(1e-6)
-    sim.add_process(memory.serve)
-    sim.add_testbench(testbench)
-    for chunk in range(0, deadline, 2_000):  # stop soon after the last command ends
-        sim.run_until((chunk + 2_000) * 1e-6)
-        if len(statuses) == len(steps):
-            break
+    pysim.simulate(engine, testbench, processes=[memory.serve], deadline=deadline, check=False)
     assert len(statuses) == len(steps), f"{len(statuses)} of {len(steps)} commands finished"
     return statuses, memory
 

@@ -2,12 +2,12 @@
 """Unit tests (Amaranth simulator) of the update engine's small pieces."""
 
 import random
+from functools import partial
 
 import numpy as np
 import pytest
 from amaranth.hdl import Module
 from amaranth.lib import data, wiring
-from amaranth.sim import Simulator
 
 from hw.emb.layouts import table_layout
 from hw.emb.update_datapath import CorrectionKind, UpdateDatapath
@@ -17,27 +17,9 @@ from hw.emb.update_reciprocal import Reciprocal, reciprocal_bits
 from hw.emb.update_rows import UniqueRows
 from hw.emb.update_writes import WriteQueue
 from hw.fp import FPMul
+from tb import pysim
 
-
-def simulate(dut, *testbenches, processes=(), deadline=100_000):
-    """Run until every testbench returns; fail if one is still waiting at ``deadline`` cycles
-    (a hang is a failure, not a timeout of the whole suite)."""
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    finished = []
-
-    def finishing(testbench):
-        async def run(ctx):
-            await testbench(ctx)
-            finished.append(testbench)
-        return run
-
-    for process in processes:
-        sim.add_process(process)
-    for testbench in testbenches:
-        sim.add_testbench(finishing(testbench))
-    sim.run_until(deadline * 1e-6)
-    assert len(finished) == len(testbenches), "a testbench did not finish: the design hangs"
+simulate = partial(pysim.simulate, deadline=100_000)
 
 
 async def send(ctx, port, payloads):

@@ -13,6 +13,7 @@ from hw.emb.layouts import ErrorCode, PoolingMode
 from hw.emb.update_checks import CommandChecker
 from hw.emb.update_reciprocal import reciprocal_bits
 from hw.emb.update_walker import OccurrenceWalker, WalkMode
+from tb import pysim
 from tb.emb.update_scenarios import corrupted, expected_status, random_scenario
 
 MAX_TABLES, MAX_DIM, REGIONS, ADDR_WIDTH = 4, 128, 4, 32
@@ -184,17 +185,13 @@ def _walk(scenario, mode, draw, span=None):
         status = ctx.get(dut.status)
         statuses.append((status.error, status.table, status.bag, status.position))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
     feeders = ["offsets"]
     if mode != WalkMode.OFFSETS:
         feeders.append("indices")
     if mode == WalkMode.UPDATE and PoolingMode.WEIGHTED in scenario.modes:
         feeders.append("weights")
-    for name in feeders:
-        sim.add_process(feeder(name))
-    sim.add_testbench(control)
-    sim.run_until(20_000e-6)
+    pysim.simulate(dut, control, processes=[feeder(name) for name in feeders], deadline=20_000,
+                   check=False)
     assert statuses, "the walk did not finish"
     return statuses[0], occurrences, starts
 

@@ -1,0 +1,57 @@
+"""Runs a design in Amaranth's simulator until its testbenches return, with a deadline.
+
+``Simulator.run_until(deadline)`` simulates every cycle up to the deadline, also after the
+testbenches returned, and ``Simulator.run()`` never stops on a design that hangs. A test
+whose design finishes in 2,000 cycles would pay for all of a 50,000-cycle deadline with the
+first, and hang the suite with the second; :func:`simulate` stops at whichever comes first.
+"""
+
+from amaranth.sim import Simulator
+
+__all__ = ["simulate"]
+
+
+def simulate(dut, *testbenches, processes=(), background=(), deadline: int,
+             period: float = 1e-6, check: bool = True) -> bool:
+    """Simulate ``dut`` with a clock of ``period`` seconds until every one of ``testbenches``
+    has returned, or until ``deadline`` cycles have passed.
+
+    ``processes`` (``add_process``) and ``background`` (background testbenches) run alongside
+    and are simply stopped at the end. A testbench still waiting at the deadline means the
+    design hangs: an ``AssertionError``, or with ``check=False`` a return value of ``False``
+    for a caller that reports the hang in its own words (``True`` when every testbench
+    returned). An exception raised in any of them propagates.
+    """
+    if deadline < 1:
+        raise ValueError(f"deadline must be at least one cycle, not {deadline}")
+    sim = Simulator(dut)
+    sim.add_clock(period)
+    for process in processes:
+        sim.add_process(process)
+    for testbench in background:
+        sim.add_testbench(testbench, background=True)
+    returned = []
+
+    def counted(testbench):
+        async def run(ctx):
+            await testbench(ctx)
+            returned.append(testbench)
+        return run
+
+    for testbench in testbenches:
+        sim.add_testbench(counted(testbench))
+    expired = []
+
+    async def watchdog(ctx):
+        await ctx.delay(deadline * period)
+        expired.append(True)
+
+    sim.add_testbench(watchdog, background=True)
+    # advance() is False once only background work is left: every testbench has returned.
+    while not expired and sim.advance():
+        pass
+    if check:
+        assert len(returned) == len(testbenches), (
+            f"{len(testbenches) - len(returned)} of {len(testbenches)} testbenches still waiting "
+            f"after {deadline} cycles: the design hangs")
+    return len(returned) == len(testbenches)
