@@ -1,8 +1,8 @@
 """Simulating a BISTSystem to its first UART report line (shared by the self-test tests)."""
 
-from amaranth.sim import Simulator
 
 from boards.bist.top import LED_MEANINGS, BISTSystem
+from tb.pysim import simulate
 
 __all__ = ["UART_DIVISOR", "decode_uart_line", "run_bist"]
 
@@ -49,8 +49,5 @@ def run_bist(checks, *, max_cycles=20_000):
         leds = ctx.get(dut.leds)
         outcome["leds"] = {name: (leds >> bit) & 1 for bit, name in enumerate(LED_MEANINGS)}
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(testbench)
-    sim.run()
+    simulate(dut, testbench, deadline=50_000)
     return outcome["line"], outcome["leds"]

@@ -1,9 +1,9 @@
 """The block-RAM AXI4 subordinate the board self-test uses as its memory."""
 
 import pytest
-from amaranth.sim import Simulator
 
 from boards.bist.axi_bram import AxiBram
+from tb.pysim import simulate
 
 ONES = (1 << 512) - 1
 
@@ -13,10 +13,7 @@ def line(k):
 
 
 def run(bram, testbench):
-    sim = Simulator(bram)
-    sim.add_clock(1e-6)
-    sim.add_testbench(testbench)
-    sim.run()
+    simulate(bram, testbench, deadline=1_000)
 
 
 async def write_burst(ctx, axi, address, beats, *, ident=1, strobes=None):

@@ -2,9 +2,9 @@
 map's own validation with its exact messages."""
 
 import pytest
-from amaranth.sim import Simulator
 
 from hw.csr import Access, CsrBank, Field, RegisterMap, registers_markdown
+from tb.pysim import simulate
 
 
 def _map():
@@ -44,10 +44,7 @@ async def _read(ctx, bus, addr):
 
 
 def _simulate(dut, testbench):
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(testbench)
-    sim.run()
+    simulate(dut, testbench, deadline=10_000, period=1e-8)
 
 
 def test_access_types_and_strobes():

@@ -5,7 +5,6 @@ Verilator (the thorough tests are the cocotb ones in ``tb/emb``)."""
 import numpy as np
 import pytest
 from amaranth.lib import data
-from amaranth.sim import Simulator
 
 from hw.emb.layouts import (
     ErrorCode,
@@ -17,6 +16,7 @@ from hw.emb.layouts import (
 )
 from hw.emb.lookup import LookupEngine
 from tb.emb.cases import LookupCase, Placement, golden, random_case, same_bits
+from tb.pysim import simulate
 
 AW = 32
 PARAMS = dict(max_tables=4, max_dim=64, num_regions=2, addr_width=AW, id_width=6,
@@ -116,10 +116,7 @@ def run_commands(engine, memory, commands, tables, regions, defer_mean=None):
                     statuses.append(done_payload)
                     break
 
-    sim = Simulator(engine)
-    sim.add_clock(1e-6)
-    sim.add_testbench(testbench)
-    sim.run()
+    simulate(engine, testbench, deadline=10_000)
     return statuses
 
 

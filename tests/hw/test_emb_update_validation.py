@@ -7,7 +7,6 @@ import random
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from hw.emb.layouts import ErrorCode, PoolingMode
 from hw.emb.update_checks import CommandChecker
@@ -91,10 +90,7 @@ def test_checker_follows_the_documented_order():
                 scenario.command()
             seen.add(expected["error"])
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(testbench)
-    sim.run()
+    pysim.simulate(dut, testbench, deadline=10_000)
     assert seen >= CHECKER_ERRORS - {ErrorCode.BAD_OPCODE} | {ErrorCode.NONE}
 
 

@@ -6,11 +6,11 @@ device's arbiter on four interleaved channels (the benchmark's memory)."""
 import pytest
 from amaranth.hdl import Module
 from amaranth.lib import wiring
-from amaranth.sim import Simulator
 
 from sim.host_link import HostLink
 from sim.pmem import PMEM
 from sim.pmem_channels import PmemChannels
+from tb.pysim import simulate
 
 MEMORY_LINES = 1024
 
@@ -75,10 +75,7 @@ def test_gather_copy_and_write_back(channels):
         seen["read128"] = await command(2, 16, 8, base=0)
         seen["write128"] = await command(3, 16, 8, base=600 * 64)
 
-    sim = Simulator(m)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(m, bench, deadline=20_000, period=1e-8)
     assert seen["copied"] == [10007, 11007, 2007, 3007, 18007, 19007, 6007, 7007]
     assert seen["lines"] == (8, 16)
     # 128 lines at the PMEM profile's 3/5 read and 1/10 write lines per cycle per channel,
