@@ -6,10 +6,10 @@ import random
 from collections import defaultdict, deque
 
 import pytest
-from amaranth.sim import Simulator
 
 from hw.mem.arbiter import AxiArbiter
 from hw.mem.interleave import join_address, split_address
+from tb.pysim import simulate
 
 LINE = 64
 ALL_STROBES = (1 << LINE) - 1
@@ -188,16 +188,12 @@ class ManagerModel:
         raise AssertionError(f"only {self.done_reads} of {count} reads completed")
 
 
-def _simulate(dut, testbenches, deadline=None):
-    """Run until the foreground testbenches end (or until ``deadline`` seconds)."""
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    for testbench, background in testbenches:
-        sim.add_testbench(testbench, background=background)
-    if deadline is None:
-        sim.run()
-    else:
-        sim.run_until(deadline)
+def _simulate(dut, testbenches):
+    """Run until the foreground testbenches end. The deadline lies past the collectors'
+    ``PATIENCE``, so that they name what is missing before the run is called a hang."""
+    simulate(dut, *(testbench for testbench, background in testbenches if not background),
+             background=[testbench for testbench, background in testbenches if background],
+             deadline=3 * ManagerModel.PATIENCE, period=1e-8)
 
 
 @pytest.mark.parametrize(("channels", "managers"), [(1, 2), (2, 3), (4, 2)])
