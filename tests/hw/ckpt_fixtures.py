@@ -5,10 +5,10 @@ helpers. Not a test module itself."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from amaranth.hdl import ClockDomain, Module
 from amaranth.lib import wiring
-from amaranth.sim import Simulator
 
 from hw.ckpt.engine import CheckpointEngine
 from hw.ckpt.join import own_id_base
@@ -26,6 +26,7 @@ from hw.ckpt.layouts import (
 )
 from hw.emb.layouts import ErrorCode, Opcode, command_layout, region_layout, status_layout
 from sim.pmem import PmemModel
+from tb import pysim
 
 ADDR_WIDTH = 20
 ID_WIDTH = 4
@@ -240,21 +241,7 @@ async def _engine_commands(ctx, ckpt, script):
         ctx.set(ckpt.engine_done.valid, 0)
 
 
-def simulate(rig, *testbenches, processes=(), deadline=200_000):
-    """Run until every testbench returns (processes are background work); a watchdog fails
-    the run after ``deadline`` cycles, so a hang is a failure, not a stuck suite."""
-    sim = Simulator(rig)
-    sim.add_clock(1e-6)
-
-    async def watchdog(ctx):
-        await ctx.delay(deadline * 1e-6)  # (time, not ticks: the design gets reset)
-        raise AssertionError(f"still running after {deadline} cycles: the design hangs")
-
-    for process in (*processes, watchdog):
-        sim.add_process(process)
-    for testbench in testbenches:
-        sim.add_testbench(testbench)
-    sim.run()
+simulate = partial(pysim.simulate, deadline=200_000)
 
 
 async def read_meta(ctx, memory):
