@@ -7,7 +7,6 @@ so a block that misses the target still yields its achieved Fmax; the summary re
 the target was met, and callers decide whether that is an error.
 """
 
-import copy
 import itertools
 import json
 import os
@@ -83,7 +82,7 @@ def prepare_plan(platform, top, *, name="top", block_ram_min_width=None,
     ``nextpnr_extra``, such as ``("--placer-heap-beta", "0.7")``), and with
     ``block_ram_min_width`` the Yosys script puts written memories at least that wide and
     ``block_ram_min_depth`` words deep in block RAM (:func:`block_ram_script`, which also
-    explains ``undefined_collisions``; the design is then elaborated twice). ``ram_styles``
+    explains ``undefined_collisions``; the rules are made from the plan's own RTLIL). ``ram_styles``
     ({memory path below ``top``: style}, :func:`ram_style_script`) places single memories,
     after and over the block-RAM rule. Flip-flops copied per consumer
     (:func:`hw.fanout.replicated_register`) are kept apart (:data:`hw.fanout.KEEP_REPLICAS_SCRIPT`).
@@ -91,23 +90,36 @@ def prepare_plan(platform, top, *, name="top", block_ram_min_width=None,
     """
     check_place_and_route(placer, router)
     ram_styles = check_ram_styles(ram_styles)
+    memory_rules = False
     if getattr(platform, "family", None) == "ecp5":
         options = [_NEXTPNR_OPTS, *([] if placer is None else ["--placer", placer]),
                    *([] if router is None else ["--router", router]),
                    *map(shlex.quote, nextpnr_extra)]
         overrides.setdefault("nextpnr_opts", " ".join(options))
-        scripts = [KEEP_REPLICAS_SCRIPT]
-        if block_ram_min_width is not None or ram_styles:
-            # A platform prepares once; the first pass uses a copy.
-            rtlil = prepare_plan(copy.deepcopy(platform), top, name=name).files[f"{name}.il"]
-            if block_ram_min_width is not None:
-                scripts.append(block_ram_script(
-                    rtlil, min_width=block_ram_min_width, min_depth=block_ram_min_depth,
-                    undefined_collisions=undefined_collisions))
-            scripts.append(ram_style_script(rtlil, ram_styles, top=name))
-        overrides["script_after_read"] = "\n".join(filter(None, scripts))
+        memory_rules = block_ram_min_width is not None or bool(ram_styles)
+        # The memory rules need the design's RTLIL, which only the plan holds: a placeholder
+        # now, the rules once the plan is made (elaborating the design once, not twice).
+        overrides["script_after_read"] = "\n".join(
+            [KEEP_REPLICAS_SCRIPT, *([_MEMORY_RULES] if memory_rules else [])])
     with using_open_toolchain():
-        return platform.build(top, name=name, do_build=False, **overrides)
+        plan = platform.build(top, name=name, do_build=False, **overrides)
+    if memory_rules:
+        rtlil = plan.files[f"{name}.il"]
+        rules = []
+        if block_ram_min_width is not None:
+            rules.append(block_ram_script(
+                rtlil, min_width=block_ram_min_width, min_depth=block_ram_min_depth,
+                undefined_collisions=undefined_collisions))
+        rules.append(ram_style_script(rtlil, ram_styles, top=name))
+        script = plan.files[f"{name}.ys"]
+        assert script.count(_MEMORY_RULES) == 1, "the Yosys script lost its placeholder"
+        plan.files[f"{name}.ys"] = script.replace(_MEMORY_RULES,
+                                                  "\n".join(filter(None, rules)))
+    return plan
+
+
+#: Where :func:`prepare_plan` puts the memory rules, in the Yosys script Amaranth writes.
+_MEMORY_RULES = "# trainingcxl: block-RAM and RAM-style rules"
 
 
 _MEMORY = re.compile(r"^  memory width (\d+) size (\d+) \\(\S+)$", re.M)
