@@ -1,6 +1,5 @@
 """Simulating a BISTSystem to its first UART report line (shared by the self-test tests)."""
 
-
 from boards.bist.top import LED_MEANINGS, BISTSystem
 from tb.pysim import simulate
 
@@ -49,5 +48,5 @@ def run_bist(checks, *, max_cycles=20_000):
         leds = ctx.get(dut.leds)
         outcome["leds"] = {name: (leds >> bit) & 1 for bit, name in enumerate(LED_MEANINGS)}
 
-    simulate(dut, testbench, deadline=50_000)
+    simulate(dut, testbench, deadline=max_cycles + 1)  # the testbench stops at max_cycles
     return outcome["line"], outcome["leds"]
