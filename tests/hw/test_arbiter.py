@@ -4,6 +4,7 @@ starvation under a flooding manager, and its parameter checks with their exact m
 
 import random
 from collections import defaultdict, deque
+from functools import partial
 
 import pytest
 
@@ -188,12 +189,9 @@ class ManagerModel:
         raise AssertionError(f"only {self.done_reads} of {count} reads completed")
 
 
-def _simulate(dut, testbenches):
-    """Run until the foreground testbenches end. The deadline lies past the collectors'
-    ``PATIENCE``, so that they name what is missing before the run is called a hang."""
-    simulate(dut, *(testbench for testbench, background in testbenches if not background),
-             background=[testbench for testbench, background in testbenches if background],
-             deadline=3 * ManagerModel.PATIENCE, period=1e-8)
+# The deadline lies past the collectors' PATIENCE, so that they name what is missing before
+# the run is called a hang.
+_simulate = partial(simulate, deadline=3 * ManagerModel.PATIENCE, period=1e-8)
 
 
 @pytest.mark.parametrize(("channels", "managers"), [(1, 2), (2, 3), (4, 2)])
@@ -220,11 +218,10 @@ def test_every_manager_reads_back_what_it_wrote(channels, managers):
 
         return reader, collector
 
-    benches = [(memory.run, True) for memory in memories]
+    managers_side = []
     for model in models:
-        reader, collector = read_side(model)
-        benches += [(model.issue_writes, False), (reader, False), (collector, False)]
-    _simulate(dut, benches)
+        managers_side += [model.issue_writes, *read_side(model)]
+    _simulate(dut, *managers_side, background=[memory.run for memory in memories])
     assert len(finished) == managers, "some manager did not get all its responses"
     if channels > 1:   # the channels did answer out of order, so the rings had work to do
         assert all(memory.overtaken for memory in memories)
@@ -271,7 +268,7 @@ def test_a_flooding_manager_does_not_starve_another():
             ctx.set(port.arvalid, 0)
             await ctx.tick()
 
-    _simulate(dut, [(memory, True), (flood, True), (polite, False)])
+    _simulate(dut, polite, background=[memory, flood])
     assert len(waits) == 50
     assert max(waits) <= 2, waits
     assert granted[1] == 50 and granted[0] >= 49   # the last grant may still be in the stage
@@ -293,7 +290,7 @@ def test_four_flooding_managers_share_a_channel_evenly():
         for i in range(4):
             ctx.set(dut.managers[i].arvalid, 1)
 
-    _simulate(dut, [(flood, True), (memory, False)])
+    _simulate(dut, memory, background=[flood])
     assert sorted(granted) == [0, 1, 2, 3]
     assert max(granted.values()) - min(granted.values()) <= 1, dict(granted)
 
@@ -315,7 +312,7 @@ def test_a_long_burst_is_flagged_and_counted():
         assert ctx.get(dut.counters.long_bursts) == 1
         assert ctx.get(dut.counters.reads[0]) == 2
 
-    _simulate(dut, [(testbench, False)])
+    _simulate(dut, testbench)
     assert seen == [0, 1]
 
 
