@@ -31,6 +31,7 @@ from .build import (
     add_nextpnr_extra_argument,
     check_place_and_route,
     check_ram_styles,
+    parse_build_arguments,
     prepare_plan,
     run_ecp5_build,
     write_summary,
@@ -220,7 +221,7 @@ def _parse_args(argv):
                         help="only write the build files (no toolchain needed)")
     parser.add_argument("--list", action="store_true", help="list the blocks and exit")
     add_nextpnr_extra_argument(parser)
-    return parser.parse_args(argv)
+    return parse_build_arguments(parser, argv)
 
 
 def main(argv=None):

@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -298,11 +299,25 @@ def run_ecp5_synthesis(platform, top, *, build_dir, name="top", extra_summary=No
 
 
 def add_nextpnr_extra_argument(parser):
-    """The ``--nextpnr-extra ARGS`` option of the build commands (a list, ``[]`` if absent)."""
+    """The ``--nextpnr-extra ARGS`` option of the build commands (a list, ``[]`` if absent);
+    parse with :func:`parse_build_arguments`."""
     parser.add_argument("--nextpnr-extra", type=shlex.split, default=[], metavar="ARGS",
                         help="more nextpnr arguments, one quoted string (e.g. "
                              "'--router2-heatmap heat/ --seed 2'; relative paths are in the "
                              "build directory)")
+
+
+def parse_build_arguments(parser, argv=None):
+    """``parser.parse_args(argv)`` (``argv`` defaults to the command line), taking the word
+    after ``--nextpnr-extra`` as its value even when it is a single option such as
+    ``--tmg-ripup``: argparse would read that as an option of the command's own and stop
+    with "expected one argument"."""
+    words = iter(sys.argv[1:] if argv is None else argv)
+    joined = []
+    for word in words:
+        value = next(words, None) if word == "--nextpnr-extra" else None
+        joined.append(word if value is None else f"{word}={value}")
+    return parser.parse_args(joined)
 
 
 def _make_heatmap_directory(build_dir, nextpnr_extra):

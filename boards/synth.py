@@ -41,6 +41,7 @@ from pathlib import Path
 from .bist.emb_dut import ENGINES, TWO_STAGE_ENGINE_PARAMS
 from .build import (
     add_nextpnr_extra_argument,
+    parse_build_arguments,
     prepare_plan,
     run_ecp5_build,
     run_ecp5_synthesis,
@@ -141,7 +142,7 @@ def _parse_args(argv):
     add_nextpnr_extra_argument(parser)
     parser.add_argument("--allow-timing-fail", action="store_true",
                         help="exit 0 even if the clock constraint is not met")
-    return parser.parse_args(argv)
+    return parse_build_arguments(parser, argv)
 
 
 def _print_summary(summary):

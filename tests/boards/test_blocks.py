@@ -133,6 +133,10 @@ def test_cli_no_build_passes_nextpnr_extra(tmp_path):
                         "--nextpnr-extra", "--router2-heatmap heat/ --seed 3"]) == 0
     script = (tmp_path / "fp_add" / "build_top.sh").read_text()
     assert "--timing-allow-fail --router2-heatmap heat/ --seed 3" in script
+    assert blocks.main(["--block", "fp_add", "--out", str(tmp_path), "--no-build",
+                        "--nextpnr-extra", "--tmg-ripup"]) == 0
+    script = (tmp_path / "fp_add" / "build_top.sh").read_text()
+    assert "--timing-allow-fail --tmg-ripup --log" in script
 
 
 def test_combined_summary_keeps_earlier_blocks(tmp_path):

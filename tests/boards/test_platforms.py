@@ -91,6 +91,10 @@ def test_nextpnr_extra_reaches_the_build_script(tmp_path, capsys):
     summary = json.loads((tmp_path / "ulx3s-85f" / "summary.json").read_text())
     assert summary["nextpnr_extra"] == ["--placer-heap-beta", "0.7", "--router2-heatmap",
                                         "heat map/"]
+    # One option alone is the option's value too, not an option of the command's own.
+    assert synth.main([*argv[:-1], "--tmg-ripup"]) == 0
+    script = (tmp_path / "ulx3s-85f" / "build_top.sh").read_text()
+    assert "--timing-allow-fail --tmg-ripup --log" in script
     for refused in (["--board", "ulx3s-85f", "--synth-only"], ["--board", "alveo-u200"]):
         assert synth.main([*refused, "--nextpnr-extra", "--seed 2"]) == 2
         assert "--nextpnr-extra is for builds that run nextpnr" in capsys.readouterr().err
