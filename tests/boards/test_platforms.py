@@ -135,8 +135,11 @@ def test_emb_engine_option_names_the_dut_engines(tmp_path, capsys):
     board_dir = tmp_path / "ulx3s-85f"
     summary = json.loads((board_dir / "summary.json").read_text())
     assert summary["design"] == "emb" and summary["engine"] == "lookup"
-    # The emb design's nextpnr options (boards.synth._BUILD_OPTIONS): it routes with them.
-    assert "--placer static --router router2" in (board_dir / "build_top.sh").read_text()
+    # The emb design's nextpnr options (boards.synth._BUILD_OPTIONS) and the ULX3S's seed
+    # (EMB_BOARD_NEXTPNR_SEED): it routes with them.
+    assert ("--placer static --router router2 --seed 1 --log"
+            in (board_dir / "build_top.sh").read_text())
+    assert summary["nextpnr_extra"] == ["--seed", "1"]
     # The lookup engine is the device's engine itself, and its check the only one.
     modules = {line.split()[1] for line in (board_dir / "top.il").read_text().splitlines()
                if line.startswith("module ")}
@@ -145,6 +148,19 @@ def test_emb_engine_option_names_the_dut_engines(tmp_path, capsys):
     with pytest.raises(SystemExit):
         synth.main(["--board", "ulx3s-85f", "--engine", "pool"])
     assert "invalid choice: 'pool'" in capsys.readouterr().err
+
+
+def test_emb_design_takes_the_boards_nextpnr_seed_unless_told_one():
+    assert synth.EMB_BOARD_NEXTPNR_SEED == {"ulx3s-85f": 1}
+    assert synth.nextpnr_arguments("ulx3s-85f", "emb", []) == ["--seed", "1"]
+    assert (synth.nextpnr_arguments("ulx3s-85f", "emb", ["--tmg-ripup"])
+            == ["--seed", "1", "--tmg-ripup"])
+    for chosen in (["--seed", "2"], ["--seed=2"], ["-r"], ["--randomize-seed"],
+                   ["--tmg-ripup", "--seed", "0"]):
+        assert synth.nextpnr_arguments("ulx3s-85f", "emb", chosen) == chosen
+    # Other designs and boards keep nextpnr's own seed.
+    assert synth.nextpnr_arguments("ulx3s-85f", "fp", []) == []
+    assert synth.nextpnr_arguments("ecpix5-85", "emb", ["--tmg-ripup"]) == ["--tmg-ripup"]
 
 
 def test_emb_engine_parameters_follow_the_board(tmp_path):
