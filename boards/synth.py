@@ -87,7 +87,7 @@ EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": TWO_STAGE_ENGINE_PARAMS}
 #: (``--seed`` or ``--randomize-seed``). The ULX3S design fills 72% of the LUTs, and whether
 #: router2 converges depends on the placement: with ``dfbf6ac``'s circuit seed 0 (nextpnr's
 #: own default) left 5,101 wires overused at iteration 77 and rising, where seed 1 routed by
-#: iteration 64 (45.96 MHz, 16 min), as it did in all but two of the earlier seed-1 builds in
+#: iteration 65 (45.96 MHz, 16 min), as it did in all but two of the earlier seed-1 builds in
 #: docs/measurements.md (both with changes that were taken back).
 EMB_BOARD_NEXTPNR_SEED = {"ulx3s-85f": 1}
 
