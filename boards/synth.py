@@ -194,9 +194,9 @@ def main(argv=None):
         print("error: --nextpnr-extra is for builds that run nextpnr (an open-toolchain "
               "board, without --synth-only)", file=sys.stderr)
         return 2
-    nextpnr_extra = args.nextpnr_extra
-    if board.open_toolchain and not args.synth_only:
-        nextpnr_extra = nextpnr_arguments(board.name, args.design, nextpnr_extra)
+    # Only the boards in EMB_BOARD_NEXTPNR_SEED (open-toolchain ones) get a seed added.
+    nextpnr_extra = (args.nextpnr_extra if args.synth_only
+                     else nextpnr_arguments(board.name, args.design, args.nextpnr_extra))
     if nextpnr_extra:
         facts["nextpnr_extra"] = nextpnr_extra
     if args.design == "emb" and board.name in EMB_BOARD_ENGINE_PARAMS:
