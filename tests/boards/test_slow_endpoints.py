@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from boards.slow_endpoints import main, short_source, slow_endpoint_groups
+from boards.slow_endpoints import clock_misses, main, short_source, slow_endpoint_groups
 
 SAMPLE = Path(__file__).parent / "data" / "nextpnr_detailed_sample.json"
 
@@ -105,3 +105,70 @@ def test_lut_ram_slices_of_one_memory_make_one_group():
         (("net top.router.shared_lines.0",), 3, "top.router.shared_lines.0.76$DPRAM_COMB3.WAD0"),
         (("net top.router.rows_lines.0",), 1, "top.router.rows_lines.0.3$DPRAM_COMB3.WAD0"),
     ]
+
+
+def _endpoint(cell, arrival):
+    return {"cell": cell, "port": "DI", "delay": [0.0, arrival]}
+
+
+def _misses_report():
+    # Five clocked inputs in two blocks of "top.engine": 25, 14, 12 and 9 ns in the walker,
+    # 11 ns in the router.
+    return {"detailed_net_timings": [
+        {"net": "a", "driver": "x", "sources": [], "endpoints": [
+            _endpoint("top.engine.walker.status_TRELLIS_FF_Q_3", 25.0),
+            _endpoint("top.engine.walker.mode_TRELLIS_FF_Q", 14.0),
+            _endpoint("top.engine.router.level_TRELLIS_FF_Q_1", 11.0)]},
+        {"net": "b", "driver": "y", "sources": [], "endpoints": [
+            _endpoint("top.engine.walker.fsm_state_TRELLIS_FF_Q", 12.0),
+            _endpoint("top.engine.walker.position$12", 9.0)]},
+    ]}
+
+
+def test_clock_misses_count_the_inputs_past_each_period_by_block():
+    misses = clock_misses(_misses_report(), [40, 75, 100], depth=3)
+    assert [(miss.mhz, miss.endpoints, miss.total) for miss in misses] == [
+        (40, 0, 5), (75, 2, 5), (100, 4, 5)]
+    assert misses[0].blocks == ()
+    assert misses[1].blocks == (("top.engine.walker", 2),)
+    assert misses[2].blocks == (("top.engine.walker", 3), ("top.engine.router", 1))
+    assert misses[2].period_ns == pytest.approx(10.0)
+    # A shallower block name puts them all in one block; an arrival equal to the period
+    # (25 ns at 40 MHz) does not miss it.
+    assert clock_misses(_misses_report(), [100], depth=2)[0].blocks == (("top.engine", 4),)
+
+
+def test_clock_misses_of_the_sample_agree_with_its_arrivals():
+    arrivals = [endpoint["delay"][1] for net in _sample()["detailed_net_timings"]
+                for endpoint in net["endpoints"]]
+    (miss,) = clock_misses(_sample(), [1000 / 6.0], depth=1)
+    assert miss.endpoints == sum(arrival > 6.0 for arrival in arrivals) == 4
+    # o[10], o[11], o[13] (the adder's outputs) and rb[13] (the registered operand).
+    assert miss.blocks == (("o", 3), ("rb", 1))
+
+
+@pytest.mark.parametrize("clock", [0, -50, "fast", True])
+def test_clocks_must_be_positive_frequencies(clock):
+    with pytest.raises(ValueError, match=r"^Clock must be a frequency in MHz above 0, not "):
+        clock_misses(_misses_report(), [100, clock])
+
+
+@pytest.mark.parametrize("depth", [0, 2.5, True])
+def test_block_depth_must_be_a_positive_integer(depth):
+    with pytest.raises(ValueError, match=r"^Depth must be a positive integer, not "):
+        clock_misses(_misses_report(), [100], depth=depth)
+
+
+def test_command_line_prints_the_misses_per_clock(tmp_path, capsys):
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(_misses_report()))
+    assert main([str(path), "--clocks", "75", "100", "--depth", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "| 75 | 13.33 | 2 | 40.0% | 1 |" in out
+    assert "| 100 | 10.00 | 4 | 80.0% | 2 |" in out
+    assert "Blocks with the most clocked inputs that miss 100 MHz" in out
+    assert out.index("| `top.engine.walker` | 3 |") < out.index("| `top.engine.router` | 1 |")
+    # A report without detailed timings is refused here too.
+    path.write_text(json.dumps({"critical_paths": []}))
+    assert main([str(path), "--clocks", "100"]) == 2
+    assert "--detailed-timing-report" in capsys.readouterr().err
