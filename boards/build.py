@@ -20,12 +20,15 @@ from pathlib import Path
 from hw.fanout import KEEP_REPLICAS_SCRIPT
 
 from .nextpnr_report import load_report, summarise_report
+from .router_watch import RouterDivergence, RoutingDiverged, run_watched
 from .toolchain import open_toolchain_env, using_open_toolchain
 
 __all__ = ["PLACERS", "RAM_STYLES", "REPORT_FILE", "ROUTERS", "STAT_FILE", "SUMMARY_FILE",
-           "block_ram_script", "check_place_and_route", "check_ram_styles", "ecp5_capacity",
-           "memories", "prepare_plan", "ram_style_script", "run_ecp5_build",
-           "run_ecp5_synthesis", "source_revision", "synthesis_utilization", "write_summary"]
+           "add_keep_routing_argument", "add_nextpnr_extra_argument", "block_ram_script",
+           "check_place_and_route", "check_ram_styles", "diverged_message", "ecp5_capacity",
+           "memories", "parse_build_arguments", "prepare_plan", "ram_style_script",
+           "run_ecp5_build", "run_ecp5_synthesis", "source_revision", "synthesis_utilization",
+           "write_summary"]
 
 
 REPORT_FILE = "report.json"
@@ -307,6 +310,21 @@ def add_nextpnr_extra_argument(parser):
                              "build directory)")
 
 
+def add_keep_routing_argument(parser):
+    """The ``--keep-routing`` option of the build commands: do not stop a build whose router2
+    diverges (:mod:`boards.router_watch`)."""
+    parser.add_argument("--keep-routing", action="store_true",
+                        help="let nextpnr's router2 go on when its overused wires keep rising "
+                             "(by default the build stops there: the placement will not route)")
+
+
+def diverged_message(stopped):
+    """The error a build command prints for a :class:`~boards.router_watch.RoutingDiverged`."""
+    return (f"error: {stopped}; the build was stopped. Another nextpnr seed places the design "
+            f"anew and may route it (--nextpnr-extra \"--seed 2\"); --keep-routing lets "
+            f"router2 go on.")
+
+
 def parse_build_arguments(parser, argv=None):
     """``parser.parse_args(argv)`` (``argv`` defaults to the command line), taking the word
     after ``--nextpnr-extra`` as its value even when it is a single option such as
@@ -331,10 +349,14 @@ def _make_heatmap_directory(build_dir, nextpnr_extra):
 def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
                    block_ram_min_width=None, block_ram_min_depth=3,
                    undefined_collisions=False, ram_styles=None, placer=None, router=None,
-                   nextpnr_extra=()):
+                   nextpnr_extra=(), stop_diverging=True):
     """Build ``top`` for ``platform`` in ``build_dir`` and summarise nextpnr's report
     (``block_ram_min_width``, ``block_ram_min_depth``, ``undefined_collisions``,
     ``ram_styles``, ``placer``, ``router``, ``nextpnr_extra``: see :func:`prepare_plan`).
+
+    With ``stop_diverging`` the build is stopped once router2 no longer converges
+    (:mod:`boards.router_watch`): :class:`~boards.router_watch.RoutingDiverged` is raised, and
+    ``summary.json`` says ``"built": false`` and why (``stopped``).
 
     Returns the summary (also written to ``build_dir/summary.json``): the fields of
     :func:`boards.nextpnr_report.summarise_report`, the placer and router, the device, the
@@ -350,7 +372,16 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
                         placer=placer, router=router, nextpnr_extra=nextpnr_extra)
     _make_heatmap_directory(build_dir, nextpnr_extra)
     started = time.monotonic()
-    plan.execute_local(str(build_dir), env=open_toolchain_env())
+    build_dir = Path(plan.extract(str(build_dir)))
+    try:
+        run_watched(["sh", f"{plan.script}.sh"], cwd=build_dir, env=open_toolchain_env(),
+                    log=f"{name}.tim", check=RouterDivergence() if stop_diverging else None)
+    except RoutingDiverged as stopped:
+        write_summary(build_dir / SUMMARY_FILE, {
+            **_build_facts(platform, revision, time.monotonic() - started),
+            "placer": placer or "heap", "router": router or "router1",
+            **(extra_summary or {}), "built": False, "stopped": str(stopped)})
+        raise
     seconds = time.monotonic() - started
 
     summary = summarise_report(load_report(build_dir / REPORT_FILE))

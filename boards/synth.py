@@ -40,7 +40,9 @@ from pathlib import Path
 
 from .bist.emb_dut import ENGINES, TWO_STAGE_ENGINE_PARAMS
 from .build import (
+    add_keep_routing_argument,
     add_nextpnr_extra_argument,
+    diverged_message,
     parse_build_arguments,
     prepare_plan,
     run_ecp5_build,
@@ -48,6 +50,7 @@ from .build import (
     write_summary,
 )
 from .platforms import BOARDS, get_board
+from .router_watch import RoutingDiverged
 from .tables import utilization_cell
 from .toolchain import open_toolchain_available
 
@@ -159,6 +162,7 @@ def _parse_args(argv):
                         help=f"design clock (default: emb {EMB_CLOCK_MHZ:g} MHz, fp the board "
                              f"clock slowed to the family's limit)")
     add_nextpnr_extra_argument(parser)
+    add_keep_routing_argument(parser)
     parser.add_argument("--allow-timing-fail", action="store_true",
                         help="exit 0 even if the clock constraint is not met")
     return parse_build_arguments(parser, argv)
@@ -228,9 +232,14 @@ def main(argv=None):
                                           extra_summary={**facts, "built": False},
                                           **options))
         return 0
-    summary = run_ecp5_build(platform, top, build_dir=out_dir,
-                             extra_summary={**facts, "built": True},
-                             **_BUILD_OPTIONS[args.design], nextpnr_extra=nextpnr_extra)
+    try:
+        summary = run_ecp5_build(platform, top, build_dir=out_dir,
+                                 extra_summary={**facts, "built": True},
+                                 **_BUILD_OPTIONS[args.design], nextpnr_extra=nextpnr_extra,
+                                 stop_diverging=not args.keep_routing)
+    except RoutingDiverged as stopped:
+        print(diverged_message(stopped), file=sys.stderr)
+        return 1
     _print_summary(summary)
     if not summary["timing_met"] and not args.allow_timing_fail:
         print("error: timing not met (see report.json); --allow-timing-fail accepts it",
