@@ -318,11 +318,12 @@ def add_keep_routing_argument(parser):
                              "(by default the build stops there: the placement will not route)")
 
 
-def diverged_message(stopped):
-    """The error a build command prints for a :class:`~boards.router_watch.RoutingDiverged`."""
+def diverged_message(stopped, *, next_seed=2):
+    """The error a build command prints for a :class:`~boards.router_watch.RoutingDiverged`
+    (``next_seed``: the seed it suggests trying)."""
     return (f"error: {stopped}; the build was stopped. Another nextpnr seed places the design "
-            f"anew and may route it (--nextpnr-extra \"--seed 2\"); --keep-routing lets "
-            f"router2 go on.")
+            f"anew and may route it (--nextpnr-extra \"--seed {next_seed}\"); --keep-routing "
+            f"lets router2 go on.")
 
 
 def parse_build_arguments(parser, argv=None):

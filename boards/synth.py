@@ -35,6 +35,7 @@ UART at 115200 baud.
 """
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -54,8 +55,8 @@ from .router_watch import RoutingDiverged
 from .tables import utilization_cell
 from .toolchain import open_toolchain_available
 
-__all__ = ["DESIGNS", "EMB_BOARD_ENGINE_PARAMS", "EMB_BOARD_NEXTPNR_SEED", "EMB_CLOCK_MHZ",
-           "EMB_ENGINES", "main", "make_bist_top", "make_emb_top", "nextpnr_arguments"]
+__all__ = ["DESIGNS", "EMB_BOARD_ENGINE_PARAMS", "EMB_BOARD_NEXTPNR_SEEDS", "EMB_CLOCK_MHZ",
+           "EMB_ENGINES", "main", "make_bist_top", "make_emb_top", "nextpnr_attempts"]
 
 
 DEFAULT_OUT = Path("build/synth")
@@ -86,24 +87,27 @@ EMB_CLOCK_MHZ = 25.0
 #: there and meets timing with 38.4 MHz.
 EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": TWO_STAGE_ENGINE_PARAMS}
 
-#: nextpnr's seed for the ``emb`` design per board, unless ``--nextpnr-extra`` names one
-#: (``--seed`` or ``--randomize-seed``). The ULX3S design fills 72% of the LUTs, and whether
-#: router2 converges depends on the placement: with ``dfbf6ac``'s circuit seed 0 (nextpnr's
-#: own default) left 5,101 wires overused at iteration 77 and rising, where seed 1 routed by
-#: iteration 65 (45.96 MHz, 16 min), as it did in all but two of the earlier seed-1 builds in
-#: docs/measurements.md (both with changes that were taken back).
-EMB_BOARD_NEXTPNR_SEED = {"ulx3s-85f": 1}
+#: nextpnr's seeds for the ``emb`` design per board, in the order they are tried, unless
+#: ``--nextpnr-extra`` names one (``--seed`` or ``--randomize-seed``): a build whose router2
+#: stops converging (:mod:`boards.router_watch`) is tried again with the next seed. The ULX3S
+#: design fills 72% of the LUTs, and whether router2 converges depends on the placement: with
+#: ``dfbf6ac``'s circuit seed 0 (nextpnr's own default) left 5,101 wires overused at iteration
+#: 77 and rising, where seed 1 routed by iteration 65 (45.96 MHz, 16 min), as it did in all
+#: but two of the earlier seed-1 builds in docs/measurements.md (both with changes that were
+#: taken back), and seed 2 by iteration 80 (43.92 MHz).
+EMB_BOARD_NEXTPNR_SEEDS = {"ulx3s-85f": (1, 2, 3)}
 
 _SEED_OPTIONS = ("--seed", "-r", "--randomize-seed")
 
 
-def nextpnr_arguments(board, design, nextpnr_extra):
-    """``nextpnr_extra`` with the board's ``emb`` seed (:data:`EMB_BOARD_NEXTPNR_SEED`) in
-    front, unless the design is another or the arguments choose a seed themselves."""
+def nextpnr_attempts(board, design, nextpnr_extra):
+    """The nextpnr arguments of each build to try, in order: ``nextpnr_extra`` with each of
+    the board's ``emb`` seeds (:data:`EMB_BOARD_NEXTPNR_SEEDS`) in front, or ``nextpnr_extra``
+    alone if the design is another or the arguments choose a seed themselves."""
     names_seed = any(word.split("=")[0] in _SEED_OPTIONS for word in nextpnr_extra)
-    if design != "emb" or board not in EMB_BOARD_NEXTPNR_SEED or names_seed:
-        return list(nextpnr_extra)
-    return ["--seed", str(EMB_BOARD_NEXTPNR_SEED[board]), *nextpnr_extra]
+    if design != "emb" or board not in EMB_BOARD_NEXTPNR_SEEDS or names_seed:
+        return [list(nextpnr_extra)]
+    return [["--seed", str(seed), *nextpnr_extra] for seed in EMB_BOARD_NEXTPNR_SEEDS[board]]
 
 
 def make_emb_top(*, seed=0, clock_mhz=None, engine="embedding", engine_params=None):
@@ -198,9 +202,12 @@ def main(argv=None):
         print("error: --nextpnr-extra is for builds that run nextpnr (an open-toolchain "
               "board, without --synth-only)", file=sys.stderr)
         return 2
-    # Only the boards in EMB_BOARD_NEXTPNR_SEED (open-toolchain ones) get a seed added.
-    nextpnr_extra = (args.nextpnr_extra if args.synth_only
-                     else nextpnr_arguments(board.name, args.design, args.nextpnr_extra))
+    # Only the boards in EMB_BOARD_NEXTPNR_SEEDS (open-toolchain ones) get seeds added.
+    attempts = ([args.nextpnr_extra] if args.synth_only
+                else nextpnr_attempts(board.name, args.design, args.nextpnr_extra))
+    if args.keep_routing:
+        attempts = attempts[:1]   # (never stopped, so never tried again)
+    nextpnr_extra = attempts[0]
     if nextpnr_extra:
         facts["nextpnr_extra"] = nextpnr_extra
     if args.design == "emb" and board.name in EMB_BOARD_ENGINE_PARAMS:
@@ -232,14 +239,30 @@ def main(argv=None):
                                           extra_summary={**facts, "built": False},
                                           **options))
         return 0
-    try:
-        summary = run_ecp5_build(platform, top, build_dir=out_dir,
-                                 extra_summary={**facts, "built": True},
-                                 **_BUILD_OPTIONS[args.design], nextpnr_extra=nextpnr_extra,
-                                 stop_diverging=not args.keep_routing)
-    except RoutingDiverged as stopped:
-        print(diverged_message(stopped), file=sys.stderr)
-        return 1
+    diverged = []   # the attempts stopped before this one
+    for number, nextpnr_extra in enumerate(attempts):
+        if number:
+            top, platform = DESIGNS[args.design](**options), board.make_platform()
+        if nextpnr_extra:
+            facts["nextpnr_extra"] = nextpnr_extra
+        if diverged:
+            facts["diverged"] = diverged
+        try:
+            summary = run_ecp5_build(platform, top, build_dir=out_dir,
+                                     extra_summary={**facts, "built": True},
+                                     **_BUILD_OPTIONS[args.design], nextpnr_extra=nextpnr_extra,
+                                     stop_diverging=not args.keep_routing)
+            break
+        except RoutingDiverged as stopped:
+            diverged.append({"nextpnr_extra": nextpnr_extra, "stopped": str(stopped)})
+            if number + 1 < len(attempts):
+                print(f"{stopped}; building again with nextpnr "
+                      f"{shlex.join(attempts[number + 1])}", file=sys.stderr, flush=True)
+                continue
+            seeds = [int(extra[1]) for extra in attempts if extra[:1] == ["--seed"]]
+            print(diverged_message(stopped, next_seed=max(seeds, default=1) + 1),
+                  file=sys.stderr)
+            return 1
     _print_summary(summary)
     if not summary["timing_met"] and not args.allow_timing_fail:
         print("error: timing not met (see report.json); --allow-timing-fail accepts it",

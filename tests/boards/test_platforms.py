@@ -8,6 +8,7 @@ import pytest
 from boards import synth
 from boards.build import prepare_plan, synthesis_utilization
 from boards.platforms import BOARDS, get_board
+from boards.router_watch import RoutingDiverged
 from hw.fanout import KEEP_REPLICAS_SCRIPT
 
 HAVE_FP = importlib.util.find_spec("hw.fp") is not None
@@ -150,17 +151,83 @@ def test_emb_engine_option_names_the_dut_engines(tmp_path, capsys):
     assert "invalid choice: 'pool'" in capsys.readouterr().err
 
 
-def test_emb_design_takes_the_boards_nextpnr_seed_unless_told_one():
-    assert synth.EMB_BOARD_NEXTPNR_SEED == {"ulx3s-85f": 1}
-    assert synth.nextpnr_arguments("ulx3s-85f", "emb", []) == ["--seed", "1"]
-    assert (synth.nextpnr_arguments("ulx3s-85f", "emb", ["--tmg-ripup"])
+def test_emb_design_takes_the_boards_nextpnr_seeds_unless_told_one():
+    assert synth.EMB_BOARD_NEXTPNR_SEEDS == {"ulx3s-85f": (1, 2, 3)}
+    assert synth.nextpnr_attempts("ulx3s-85f", "emb", []) == [
+        ["--seed", "1"], ["--seed", "2"], ["--seed", "3"]]
+    assert (synth.nextpnr_attempts("ulx3s-85f", "emb", ["--tmg-ripup"])[0]
             == ["--seed", "1", "--tmg-ripup"])
     for chosen in (["--seed", "2"], ["--seed=2"], ["-r"], ["--randomize-seed"],
                    ["--tmg-ripup", "--seed", "0"]):
-        assert synth.nextpnr_arguments("ulx3s-85f", "emb", chosen) == chosen
+        assert synth.nextpnr_attempts("ulx3s-85f", "emb", chosen) == [chosen]
     # Other designs and boards keep nextpnr's own seed.
-    assert synth.nextpnr_arguments("ulx3s-85f", "fp", []) == []
-    assert synth.nextpnr_arguments("ecpix5-85", "emb", ["--tmg-ripup"]) == ["--tmg-ripup"]
+    assert synth.nextpnr_attempts("ulx3s-85f", "fp", []) == [[]]
+    assert synth.nextpnr_attempts("ecpix5-85", "emb", ["--tmg-ripup"]) == [["--tmg-ripup"]]
+
+
+def _fake_builds(monkeypatch, routes):
+    """boards.synth's builds replaced: a build with nextpnr arguments ``a`` routes if
+    ``routes(a)``, else router2 diverges. Returns the arguments of each build, in order."""
+    builds = []
+
+    def fake_run_ecp5_build(platform, top, *, build_dir, extra_summary, nextpnr_extra,
+                            stop_diverging, **options):
+        builds.append((list(nextpnr_extra), stop_diverging))
+        if not routes(nextpnr_extra):
+            raise RoutingDiverged(f"router2 is not converging: 2,000 overused wires at "
+                                  f"iteration 40, against 600 at iteration {len(builds)}")
+        return {**extra_summary, "fmax_mhz": {"clk": 45.0}, "target_mhz": {"clk": 25.0},
+                "utilization": {kind: {"used": 1, "available": 2}
+                                for kind in ("LUT4", "FF", "EBR", "DSP")},
+                "build_seconds": 1.0, "bitstream": "top.bit", "timing_met": True}
+
+    monkeypatch.setattr(synth, "run_ecp5_build", fake_run_ecp5_build)
+    monkeypatch.setattr(synth, "open_toolchain_available", lambda: True)
+    return builds
+
+
+def test_emb_build_tries_the_next_seed_when_router2_diverges(tmp_path, monkeypatch, capsys):
+    builds = _fake_builds(monkeypatch, lambda extra: extra[:2] == ["--seed", "3"])
+    argv = ["--board", "ulx3s-85f", "--engine", "update", "--out", str(tmp_path)]
+    assert synth.main(argv) == 0
+    assert builds == [(["--seed", "1"], True), (["--seed", "2"], True), (["--seed", "3"], True)]
+    out, err = capsys.readouterr()
+    assert "against 600 at iteration 1; building again with nextpnr --seed 2" in err
+    assert "Fmax clk: 45.00 MHz" in out
+    # (The fake writes no summary.json; the facts it was given are the summary's.)
+
+    # Every seed diverges: the error names the seed to try next.
+    builds = _fake_builds(monkeypatch, lambda extra: False)
+    assert synth.main(argv) == 1
+    assert [extra for extra, _ in builds] == [["--seed", "1"], ["--seed", "2"], ["--seed", "3"]]
+    assert 'the build was stopped' in (err := capsys.readouterr().err) and '"--seed 4"' in err
+
+    # A seed of the user's, or --keep-routing, is one build.
+    builds = _fake_builds(monkeypatch, lambda extra: False)
+    assert synth.main([*argv, "--nextpnr-extra", "--seed 7"]) == 1
+    assert builds == [(["--seed", "7"], True)] and '"--seed 8"' in capsys.readouterr().err
+    builds = _fake_builds(monkeypatch, lambda extra: True)
+    assert synth.main([*argv, "--keep-routing"]) == 0
+    assert builds == [(["--seed", "1"], False)]
+
+
+def test_the_stopped_seeds_are_in_the_summary_facts(tmp_path, monkeypatch):
+    facts = []
+    builds = _fake_builds(monkeypatch, lambda extra: extra[:2] == ["--seed", "2"])
+    original = synth.run_ecp5_build
+
+    def recording(*args, extra_summary, **kwargs):
+        facts.append(dict(extra_summary))
+        return original(*args, extra_summary=extra_summary, **kwargs)
+
+    monkeypatch.setattr(synth, "run_ecp5_build", recording)
+    assert synth.main(["--board", "ulx3s-85f", "--out", str(tmp_path)]) == 0
+    assert len(builds) == 2
+    assert "diverged" not in facts[0] and facts[0]["nextpnr_extra"] == ["--seed", "1"]
+    (stopped,) = facts[1]["diverged"]
+    assert stopped["nextpnr_extra"] == ["--seed", "1"]
+    assert stopped["stopped"].startswith("router2 is not converging: 2,000 overused wires")
+    assert facts[1]["nextpnr_extra"] == ["--seed", "2"]
 
 
 def test_emb_engine_parameters_follow_the_board(tmp_path):
