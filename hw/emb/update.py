@@ -56,6 +56,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.fp import FPAdd, FPMul, fp_lanes_signature
 from hw.mem.axi import AXI4Signature
+from hw.skid import SkidBuffer
 
 from .layouts import (
     LINE_BYTES,
@@ -176,7 +177,9 @@ class UpdateEngine(wiring.Component):
         multiplier's operands pass a register of their own (a cycle more of latency), and the
         gradient buffer has a read port per reader (``UpdateDatapath(read_port_per_use=)``),
         and the per-command reset comes from a flip-flop, a cycle after a command is accepted
-        (a cycle more per command). Results are the same. Default False.
+        (a cycle more per command); the walker hands its occurrences to the gradient fetch
+        through a skid buffer (:class:`hw.skid.SkidBuffer`: a cycle of latency, no loss of
+        rate). Results are the same. Default False.
 
     Members
     -------
@@ -611,8 +614,19 @@ class UpdateEngine(wiring.Component):
         else:
             m.d.comb += checker.command.eq(command)
 
-        # Occurrences: walker -> gradient fetch -> unique rows -> accumulation.
-        wiring.connect(m, walker.o, gradient_fetch.i)
+        # Occurrences: walker -> gradient fetch -> unique rows -> accumulation. With
+        # fpga_pipelining a skid buffer between the walker and the fetch keeps the fetch's
+        # ready (from the read router's arbitration) out of the walker's cycle, a cycle of
+        # latency per occurrence.
+        if self._fpga_pipelining:
+            occurrences = per_command("occurrences", SkidBuffer(
+                shape=walker.o.payload.shape()))
+            wiring.connect(m, walker.o, occurrences.i)
+            wiring.connect(m, occurrences.o, gradient_fetch.i)
+            occurrences_empty = occurrences.empty
+        else:
+            wiring.connect(m, walker.o, gradient_fetch.i)
+            occurrences_empty = Const(1)
         wiring.connect(m, gradient_fetch.request, router.gradient_request)
         # Occurrences whose gradient lines are on their way: without this queue only the two
         # in the fetch and CAM registers would be, one read latency per two occurrences.
@@ -766,8 +780,8 @@ class UpdateEngine(wiring.Component):
             deferred_walk_failed = (deferred_walker.status.done &
                                     (deferred_walker.status.error != ErrorCode.NONE))
         # (The queue's level counts an entry still moving to its output, unlike r_rdy.)
-        walk_finished = (walker.status.done & ~walker.o.valid & gradient_fetch.idle &
-                         (waiting.level == 0))
+        walk_finished = (walker.status.done & ~walker.o.valid & occurrences_empty &
+                         gradient_fetch.idle & (waiting.level == 0))
         writes_settled = writes.idle & datapath.apply_idle & ~datapath.writes_queued
 
         # The deferred lookup's offsets and indices are validated alongside the command's

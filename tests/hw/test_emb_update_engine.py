@@ -248,6 +248,23 @@ def test_a_good_command_after_aborted_ones(corner):
             counters["bytes_written"])
 
 
+@pytest.mark.parametrize("busy", [0.0, 0.3])
+def test_the_walks_last_occurrence_is_accumulated_before_the_apply(busy):
+    """Forty empty bags keep the walker busy until everything behind it is idle; the last
+    occurrence (a row of its own) then reaches the gradient fetch as the walk ends. With FPGA
+    pipelining it is still in the skid buffer between them in that cycle, and the chunk must
+    wait for it (a walk that counted as finished without it applied the chunk a row short)."""
+    params = {**CORNERS["capacity 2, FPGA pipelining"], "max_unique_rows": 4}
+    draw = np.random.default_rng(21)
+    scenario = random_scenario(draw, max_tables=1, dims=(16,), rows=(8, 8), bags=(42, 42),
+                               bag_length=(0, 0), modes=(PoolingMode.SUM,))
+    offsets = np.array([0] + [1] * 41 + [2], dtype=np.uint32)
+    scenario = corrupted(scenario, indices=np.array([5, 2], dtype=np.uint32), offsets=offsets)
+    (run,) = _run(params, [scenario], seed=7, busy=busy)
+    image, _ = expected_image(scenario, params["max_unique_rows"])
+    assert run.status.error == ErrorCode.NONE
+    assert bytes(run.image[:len(image)]) == bytes(image)
+
 
 def test_indices_are_checked_a_line_per_cycle():
     """The validation checks 16 indices a cycle: the accumulation's first gradient read comes

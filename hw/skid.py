@@ -1,0 +1,66 @@
+"""A stream register that cuts both directions of a handshake: a skid buffer.
+
+A stream stage whose ``ready`` is computed from the consumer's ``ready`` chains every stage's
+decision into one cycle: on the ULX3S the update engine's walker, word readers, read router
+and fetches did so through 17 LUT levels (``docs/measurements.md``, "where the misses are").
+Here ``i.ready`` and ``o.valid`` both come from flip-flops. The price is a cycle of latency and
+a second register for the payload that arrives while the consumer stalls; a word can pass
+every cycle.
+"""
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["SkidBuffer"]
+
+
+class SkidBuffer(wiring.Component):
+    """Passes a stream on a cycle later, with ``i.ready`` and ``o`` driven by registers.
+
+    Parameters
+    ----------
+    shape : shape-like
+        The payload's shape.
+
+    Members
+    -------
+    i : ``In(stream.Signature(shape))``
+    o : ``Out(stream.Signature(shape))``
+    empty : ``Out(1)``
+        Holds no payload (for a caller that waits for its stream to drain).
+    """
+
+    def __init__(self, *, shape):
+        super().__init__({
+            "i": In(stream.Signature(shape)),
+            "o": Out(stream.Signature(shape)),
+            "empty": Out(1),
+        })
+
+    @property
+    def latency(self):
+        """Cycles from a payload's acceptance to its first cycle on ``o``."""
+        return 1
+
+    def elaborate(self, platform):
+        m = Module()
+        skid = Signal.like(self.i.payload)
+        skid_valid = Signal()
+        taken = self.i.valid & self.i.ready
+        o_free = ~self.o.valid | self.o.ready
+
+        m.d.comb += [
+            self.i.ready.eq(~skid_valid),
+            self.empty.eq(~self.o.valid & ~skid_valid),
+        ]
+        with m.If(o_free):
+            with m.If(skid_valid):   # (then nothing is taken: i.ready is low)
+                m.d.sync += [self.o.payload.eq(skid), skid_valid.eq(0)]
+            with m.Elif(taken):
+                m.d.sync += self.o.payload.eq(self.i.payload)
+            m.d.sync += self.o.valid.eq(skid_valid | taken)
+        with m.Elif(taken):
+            # The consumer stalls this cycle: the payload waits in the skid register.
+            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+        return m
