@@ -14,11 +14,12 @@ memory (on an FPGA one set of block RAMs instead of one per source). A shared so
 delivers at most one line every third cycle.
 """
 
-from amaranth.hdl import Module, Mux, Shape, Signal
+from amaranth.hdl import Module, Mux, ResetInserter, Shape, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.mem.sliced_fifo import SlicedFIFO, check_slices
+from hw.skid import SkidBuffer
 
 __all__ = ["LINE_BITS", "LineRequester", "ReadRouter", "WordReader"]
 
@@ -286,8 +287,9 @@ class WordReader(wiring.Component):
     lines : ``In(stream.Signature(512))``
         The lines, in order.
     o : ``Out(stream.Signature(32))``
-        The words, little-endian within each line. With ``registered_output`` from a
-        register: the first word leaves a cycle after its line arrives, then one per cycle.
+        The words, little-endian within each line. With ``registered_output`` through a
+        :class:`~hw.skid.SkidBuffer`: the first word leaves a cycle after its line arrives,
+        then one per cycle, and ``o.ready`` reaches only the buffer's register.
     """
 
     def __init__(self, *, line_address_width, registered_output=False):
@@ -309,8 +311,6 @@ class WordReader(wiring.Component):
         wiring.connect(m, requester.request, wiring.flipped(self.request))
         words = Signal(33)       # the end: ``first + words``, counted from the line's word 0
         delivered = Signal(33)
-        o_valid = Signal()  # with ``registered_output``: the output register holds a word
-        o_data = Signal(32)
 
         m.d.comb += [
             requester.start.eq(self.start),
@@ -321,7 +321,6 @@ class WordReader(wiring.Component):
         ]
         with m.If(self.start):
             m.d.sync += [
-                o_valid.eq(0),
                 words.eq(self.words + self.first),
                 delivered.eq(self.first),
             ]
@@ -332,13 +331,13 @@ class WordReader(wiring.Component):
             take = Signal()  # the word at ``delivered`` leaves its line this cycle
             if self._registered_output:
                 # The consumer's decision on a word (a comparison that drives its ready) then
-                # starts from flip-flops, not from a 16-way word choice behind the counter.
-                m.d.comb += [take.eq(available & (~o_valid | self.o.ready)),
-                             self.o.valid.eq(o_valid), self.o.payload.eq(o_data)]
-                with m.If(take):
-                    m.d.sync += [o_valid.eq(1), o_data.eq(word)]
-                with m.Elif(self.o.ready):
-                    m.d.sync += o_valid.eq(0)
+                # starts from flip-flops, not from a 16-way word choice behind the counter,
+                # and its ready stops at the skid buffer's register (a word may wait there
+                # while the next is taken): emptied by ``start``, as the old read is dropped.
+                output = m.submodules.output = ResetInserter(self.start)(SkidBuffer(shape=32))
+                m.d.comb += [output.i.valid.eq(available), output.i.payload.eq(word),
+                             take.eq(available & output.i.ready)]
+                wiring.connect(m, output.o, wiring.flipped(self.o))
             else:
                 m.d.comb += [self.o.valid.eq(available), self.o.payload.eq(word),
                              take.eq(available & self.o.ready)]
