@@ -76,7 +76,7 @@ def make_bist_top(*, lanes=16, vectors=64, seed=0, clock_mhz=None):
 EMB_ENGINES = tuple(ENGINES)
 
 #: Design clock of the ``emb`` design: the ULX3S's own 25 MHz (the whole design closes at
-#: 36.5 MHz on the ULX3S-85F; see the README's board table).
+#: about 46 MHz on the ULX3S-85F; see the README's board table).
 EMB_CLOCK_MHZ = 25.0
 
 
@@ -84,7 +84,7 @@ EMB_CLOCK_MHZ = 25.0
 #: :data:`boards.bist.emb_dut.ENGINE_DEFAULTS`. On the ECPIX-5 the defaults (four-stage FP
 #: units, ``fpga_pipelining``) do not route: router2 came down to 275 overused wires at
 #: iteration 27 and climbed back to 1,357 by iteration 66. The earlier configuration routes
-#: there and meets timing with 38.4 MHz.
+#: there and meets timing (35.3 MHz with ``dfbf6ac``'s circuit, 38.4 MHz before).
 EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": TWO_STAGE_ENGINE_PARAMS}
 
 #: nextpnr's seeds for the ``emb`` design per board, in the order they are tried, unless
