@@ -372,6 +372,7 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
                         undefined_collisions=undefined_collisions, ram_styles=ram_styles,
                         placer=placer, router=router, nextpnr_extra=nextpnr_extra)
     _make_heatmap_directory(build_dir, nextpnr_extra)
+    place_and_route = {"placer": placer or "heap", "router": router or "router1"}  # (defaults)
     started = time.monotonic()
     build_dir = Path(plan.extract(str(build_dir)))
     try:
@@ -379,8 +380,7 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
                     log=f"{name}.tim", check=RouterDivergence() if stop_diverging else None)
     except RoutingDiverged as stopped:
         write_summary(build_dir / SUMMARY_FILE, {
-            **_build_facts(platform, revision, time.monotonic() - started),
-            "placer": placer or "heap", "router": router or "router1",
+            **_build_facts(platform, revision, time.monotonic() - started), **place_and_route,
             **(extra_summary or {}), "built": False, "stopped": str(stopped)})
         raise
     seconds = time.monotonic() - started
@@ -388,8 +388,7 @@ def run_ecp5_build(platform, top, *, build_dir, name="top", extra_summary=None,
     summary = summarise_report(load_report(build_dir / REPORT_FILE))
     summary.update({
         **_build_facts(platform, revision, seconds),
-        "placer": placer or "heap",   # nextpnr's defaults
-        "router": router or "router1",
+        **place_and_route,
         "report": str(build_dir / REPORT_FILE),
         "bitstream": str(build_dir / f"{name}.bit"),
     })
