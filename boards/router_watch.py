@@ -9,8 +9,10 @@ counts as diverging only once the count is both ``factor`` times its lowest and 
 wires above it (:class:`RouterDivergence`). Over the logs of the builds in
 ``docs/measurements.md``'s section on seeds, the defaults stop that seed-0 build at iteration
 45 (1,266 against 610) and none of the builds that routed. A count that stalls without
-rising (router2's alternative weights at seed 0: 300-500 wires for 300 iterations) is not
-caught.
+rising that far (300-500 wires for 300 iterations with router2's alternative weights at
+seed 0; 340-380 from iteration 200 to 218 and on, at `34bbd04` and seed 1) is stopped once
+``stall`` iterations have passed without a new lowest count: the builds that routed found
+a new lowest at most 80 iterations after the one before (and end on 0, a new lowest).
 
 :func:`run_watched` runs a build script, follows nextpnr's log as it grows, and stops the
 script's whole process group when the check says so (:class:`RoutingDiverged`).
@@ -35,11 +37,14 @@ class RoutingDiverged(RuntimeError):
 class RouterDivergence:
     """Follows router2's per-iteration overuse (:meth:`feed` a log line at a time)."""
 
-    def __init__(self, *, factor=2.0, margin=500):
+    def __init__(self, *, factor=2.0, margin=500, stall=150):
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 1:
             raise ValueError(f"Factor must be a number above 1, not {factor!r}")
         if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
             raise ValueError(f"Margin must be a non-negative integer, not {margin!r}")
+        if isinstance(stall, bool) or not isinstance(stall, int) or stall < 1:
+            raise ValueError(f"Stall must be a positive integer, not {stall!r}")
+        self._stall = stall
         self._factor = factor
         self._margin = margin
         self.best = None          # (iteration, overused wires) with the fewest so far
@@ -59,6 +64,10 @@ class RouterDivergence:
         if overused >= self._factor * best and overused >= best + self._margin:
             return (f"router2 is not converging: {overused:,} overused wires at iteration "
                     f"{iteration}, against {best:,} at iteration {best_iteration}")
+        if iteration - best_iteration >= self._stall:
+            return (f"router2 is not converging: {overused:,} overused wires at iteration "
+                    f"{iteration}, and none below {best:,} (iteration {best_iteration}) "
+                    f"in {iteration - best_iteration} iterations")
         return None
 
 

@@ -51,6 +51,17 @@ def test_a_rising_count_is_stopped_once_twice_its_lowest_and_500_above():
     assert _feed(RouterDivergence(factor=3, margin=10), [100, 50, 149, 150])[0] == 4
 
 
+def test_a_stalled_count_is_stopped_after_stall_iterations_without_a_new_lowest():
+    # Lowest 340 at iteration 3, then 340-380 (never twice the lowest): stopped at 3 + 150.
+    counts = [5000, 900, 340] + [340 + (k % 5) * 10 for k in range(200)]
+    stop = _feed(RouterDivergence(), counts)
+    assert stop == (153, "router2 is not converging: 380 overused wires at iteration 153, "
+                         "and none below 340 (iteration 3) in 150 iterations")
+    # A new lowest restarts the count; so does the end of a run that routes (0).
+    assert _feed(RouterDivergence(stall=4), [50, 40, 41, 42, 39, 41, 42, 43, 0]) is None
+    assert _feed(RouterDivergence(stall=4), [50, 40, 41, 42, 39, 41, 42, 43, 40])[0] == 9
+
+
 def test_other_log_lines_are_ignored():
     check = RouterDivergence()
     for line in ["Info: Routing globals...", "Info: Max frequency for clock 'clk': 45.96 MHz",
@@ -63,6 +74,12 @@ def test_other_log_lines_are_ignored():
 def test_factor_must_be_above_one(factor):
     with pytest.raises(ValueError, match=r"^Factor must be a number above 1, not "):
         RouterDivergence(factor=factor)
+
+
+@pytest.mark.parametrize("stall", [0, -3, 2.5, True])
+def test_stall_must_be_a_positive_integer(stall):
+    with pytest.raises(ValueError, match=r"^Stall must be a positive integer, not "):
+        RouterDivergence(stall=stall)
 
 
 @pytest.mark.parametrize("margin", [-1, 2.5, True])
