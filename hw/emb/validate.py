@@ -375,30 +375,16 @@ class IndexValidator(wiring.Component):
         # so two line-number equalities decide it, with no comparator in front of the lane
         # mask: the table ends in this line (before its end), or by its end.
         # `table_last_line` (the line of table_end - 1) and `table_end_final` (table_end ==
-        # num_indices) are registered with table_end. The equalities themselves are registers
-        # too, compared on the values cursor and table_end take next: they decide the lines'
-        # ready, which the line FIFO spreads over every slice of its read address.
+        # num_indices) are registered with table_end.
         table_last_line = Signal(28)
         table_end_final = Signal()
-        # After a reset cursor, table_end and table_last_line are all 0: equal.
-        ends_in_line = Signal(init=1)      # table_end < line_end
-        segment_is_table = Signal(init=1)  # table_end <= line_end: the segment ends the table
-        table_exhausted = Signal(init=1)   # table_end == cursor (also a table with no indices)
-        cursor_next = Signal(32)
-        table_end_next = Signal(32)
-        last_line_next = Signal(28)
-        m.d.comb += [cursor_next.eq(cursor), table_end_next.eq(table_end),
-                     last_line_next.eq(table_last_line)]
-        m.d.sync += [
-            cursor.eq(cursor_next), table_end.eq(table_end_next),
-            table_last_line.eq(last_line_next),
-            ends_in_line.eq(table_end_next[4:] == cursor_next[4:]),
-            segment_is_table.eq(last_line_next == cursor_next[4:]),
-            table_exhausted.eq(table_end_next == cursor_next),
-        ]
+        ends_in_line = Signal()      # table_end < line_end
+        segment_is_table = Signal()  # table_end <= line_end: the segment ends the table
         segment_end = Signal(32)
         high = Signal(5)
         m.d.comb += [
+            ends_in_line.eq(table_end[4:] == cursor_line),
+            segment_is_table.eq(table_last_line == cursor_line),
             segment_end.eq(Mux(segment_is_table, table_end, line_end)),
             high.eq(Mux(ends_in_line, table_end[:4], LANES)),
         ]
@@ -417,6 +403,7 @@ class IndexValidator(wiring.Component):
         judged_line = Signal(28)
         judged_table = Signal.like(table)
         judged_end = Signal(32)
+        table_exhausted = table_end == cursor  # also covers tables with no indices at all
         step = Signal()
         m.d.comb += [
             step.eq(active & ~table_exhausted & self.lines.valid),
@@ -426,13 +413,12 @@ class IndexValidator(wiring.Component):
         ]
 
         def load_table_end(end, indices):
-            m.d.comb += [table_end_next.eq(end), last_line_next.eq((end - 1)[4:])]
-            return [table_end_final.eq(end == indices)]
+            return [table_end.eq(end), table_last_line.eq((end - 1)[4:]),
+                    table_end_final.eq(end == indices)]
 
         with m.If(self.start):
-            m.d.comb += cursor_next.eq(0)
             m.d.sync += [
-                num_indices.eq(self.num_indices), table.eq(0),
+                num_indices.eq(self.num_indices), cursor.eq(0), table.eq(0),
                 *load_table_end(self.table_starts[1], self.num_indices),
                 active.eq(self.num_indices != 0), self.lines_done.eq(0),
                 self.error.eq(ERROR_LAYOUT.const({})), self.checked.eq(0), judge.eq(0),
@@ -442,7 +428,7 @@ class IndexValidator(wiring.Component):
         with m.Elif(step):
             with m.If(self.lines.ready):
                 m.d.sync += self.lines_done.eq(self.lines_done + 1)
-            m.d.comb += cursor_next.eq(segment_end)
+            m.d.sync += cursor.eq(segment_end)
             with m.If(segment_is_table):
                 m.d.sync += [table.eq(table + 1), *load_table_end(following_end, num_indices)]
                 with m.If(table_end_final):
