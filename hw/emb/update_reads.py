@@ -14,7 +14,7 @@ memory (on an FPGA one set of block RAMs instead of one per source). A shared so
 delivers at most one line every third cycle.
 """
 
-from amaranth.hdl import Cat, Module, Mux, ResetInserter, Shape, Signal
+from amaranth.hdl import Module, Mux, ResetInserter, Shape, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -43,12 +43,6 @@ class ReadRouter(wiring.Component):
     line_slices : int
         Slices of each FIFO's line with their own write enable and pointers
         (:class:`hw.mem.sliced_fifo.SlicedFIFO`; default 1, FPGA builds one per FP lane).
-    registered_response : bool
-        Each response is first registered with its owner (its data with no enable), and
-        written to the owner's FIFO or the shared buffer the cycle after, so the write enables
-        spread over every slice of a line start from flip-flops, not from ``r.valid`` and the
-        context FIFO's head. ``r.ready`` then only needs a read to be outstanding: the
-        credits keep room for every line asked for. A cycle of latency; default False.
 
     Members
     -------
@@ -63,13 +57,12 @@ class ReadRouter(wiring.Component):
     stop : ``In(1)``
         Accept no new request (error drain); responses still come back.
     outstanding : ``Out(range(...))``
-        Reads accepted and whose line is not yet in its FIFO or the shared buffer.
+        Reads accepted and not yet answered.
     error : ``Out(1)``
         A response this cycle carries SLVERR/DECERR (its data is delivered anyway).
     """
 
-    def __init__(self, *, line_address_width, sources, shared=(), line_slices=1,
-                 registered_response=False):
+    def __init__(self, *, line_address_width, sources, shared=(), line_slices=1):
         sources = tuple((str(name), depth) for name, depth in sources)
         if not sources:
             raise ValueError("At least one source is required")
@@ -85,7 +78,6 @@ class ReadRouter(wiring.Component):
                                  f"{', '.join(map(repr, names))}")
         check_slices(LINE_BITS, line_slices)
         self._line_slices = line_slices
-        self._registered_response = bool(registered_response)
         self._sources = sources
         self._shared = frozenset(shared)
         self._line_address_width = line_address_width
@@ -117,6 +109,7 @@ class ReadRouter(wiring.Component):
         count = len(self._sources)
         context = m.submodules.context = fifo.SyncFIFO(width=Shape.cast(range(count)).width,
                                                       depth=self._total)
+        m.d.comb += self.outstanding.eq(context.level)
 
         ar_free = ~self.ar.valid | self.ar.ready
         with m.If(self.ar.ready):
@@ -132,6 +125,7 @@ class ReadRouter(wiring.Component):
             # A region's slot is written only while free and read only while full, so a read
             # never meets a write to its address.
             buffer_read = buffer.read_port(transparent_for=())
+            m.d.comb += buffer_write.data.eq(self.r.payload.data)
 
         responses, levels, in_flight = [], [], []
         granted = Signal()  # an earlier (higher-priority) source took this cycle's slot
@@ -171,36 +165,23 @@ class ReadRouter(wiring.Component):
         # Responses come back in request order: the context FIFO's head names the owner. A
         # shared source always has a free slot for a line it asked for (its credits).
         owner = context.r_data
-        line_data = self.r.payload.data
-        if self._registered_response:
-            m.d.comb += self.r.ready.eq(context.r_rdy)
-            arrived = self.r.valid & self.r.ready
-            landed = [Signal(name=f"{name}_landed") for name, _ in self._sources]
-            line_data = Signal(LINE_BITS, name="landed_data")
-            m.d.sync += [line_data.eq(self.r.payload.data),  # no enable: `landed` says
-                         *(flag.eq(arrived & (owner == index))
-                           for index, flag in enumerate(landed))]
-            m.d.comb += self.outstanding.eq(context.level + Cat(landed).any())
-        else:
-            owner_ready = Signal()
-            with m.Switch(owner):
-                for index, lines in enumerate(responses):
-                    with m.Case(index):
-                        m.d.comb += owner_ready.eq(1 if lines is None else lines.w_rdy)
-            m.d.comb += self.r.ready.eq(context.r_rdy & owner_ready)
-            arrived = self.r.valid & self.r.ready
-            landed = [arrived & (owner == index) for index in range(count)]
-            m.d.comb += self.outstanding.eq(context.level)
+        owner_ready = Signal()
+        with m.Switch(owner):
+            for index, lines in enumerate(responses):
+                with m.Case(index):
+                    m.d.comb += owner_ready.eq(1 if lines is None else lines.w_rdy)
+        m.d.comb += self.r.ready.eq(context.r_rdy & owner_ready)
+        arrived = self.r.valid & self.r.ready
         m.d.comb += [
             context.r_en.eq(arrived),
             self.error.eq(arrived & (self.r.payload.resp != 0)),
         ]
-        if shared:
-            m.d.comb += buffer_write.data.eq(line_data)
+        landed = [arrived & (owner == index) for index in range(count)]
         for index, (lines, flying) in enumerate(zip(responses, in_flight, strict=True)):
             issued = context.w_en & (context.w_data == index)
             if lines is not None:
-                m.d.comb += [lines.w_en.eq(landed[index]), lines.w_data.eq(line_data)]
+                m.d.comb += [lines.w_en.eq(landed[index]),
+                             lines.w_data.eq(self.r.payload.data)]
             m.d.sync += flying.eq(flying + issued - landed[index])
 
         base = 0
