@@ -45,7 +45,6 @@ from hw.mem.axi import AXI4Signature
 from hw.mem.line_stream import LinePrefetch, LineStream
 from hw.mem.line_writer import LineWriter
 from hw.mem.reorder import ReadReorderBuffer
-from hw.skid import SkidBuffer
 
 from .bags import BagSequencer, check_mean_reciprocal
 from .checks import CommandChecker
@@ -141,9 +140,7 @@ class LookupEngine(wiring.Component):
         does each bag's descriptor (:class:`~hw.emb.bags.BagSequencer`); each FP lane gets its
         own copy of the pooler's operand choice and factor registers, and each 32-bit lane of
         the offset and index line streams its own copy of their read pointer
-        (:mod:`hw.fanout`); the issuer's row reads reach the reorder buffer through a skid
-        buffer (:class:`~hw.skid.SkidBuffer`). Needs a multiplier of at least two stages.
-        Default False.
+        (:mod:`hw.fanout`). Needs a multiplier of at least two stages. Default False.
 
     Members
     -------
@@ -388,18 +385,7 @@ class LookupEngine(wiring.Component):
         ]
         with m.If(defer_mean):
             m.d.comb += issuer.descriptors.payload.scale.eq(_FLOAT32_ONE)
-        # With fpga_pipelining the issuer's row reads pass a skid buffer: the reorder buffer's
-        # ready (the AXI arready, through the read-address arbiter) then stops at a register
-        # instead of reaching the issuer's row queue.
-        requests_empty = Const(1)
-        if self._fpga_pipelining:
-            m.submodules.request_skid = request_skid = SkidBuffer(
-                shape=issuer.requests.payload.shape())
-            wiring.connect(m, issuer.requests, request_skid.i)
-            wiring.connect(m, request_skid.o, reorder.request)
-            requests_empty = request_skid.empty
-        else:
-            wiring.connect(m, issuer.requests, reorder.request)
+        wiring.connect(m, issuer.requests, reorder.request)
         wiring.connect(m, reorder.pop, pooler.ops)
         wiring.connect(m, pooler.out, writer.lines)
 
@@ -506,8 +492,8 @@ class LookupEngine(wiring.Component):
 
         streams_idle = (windows["offsets"].idle & windows["indices"].idle
                         & windows["weights"].idle)
-        all_quiet = (streams_idle & requests_empty & reorder.empty & pooler.idle
-                     & writer.idle & (axi.arvalid == 0))
+        all_quiet = (streams_idle & reorder.empty & pooler.idle & writer.idle
+                     & (axi.arvalid == 0))
 
         with m.FSM(name="control") as fsm:
             with m.State("Idle"):
