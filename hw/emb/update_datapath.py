@@ -38,7 +38,7 @@ from amaranth.lib.wiring import In, Out
 from hw.fanout import lane_copies
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
-from hw.mem.sliced_fifo import SlicedFIFO, sliced_memory_ports
+from hw.mem.sliced_fifo import SlicedFIFO
 
 from .update_fetch import row_context_layout
 from .update_reads import LINE_BITS
@@ -366,29 +366,19 @@ class UpdateDatapath(wiring.Component):
                 op="mul", lanes=_LANES, stages=self._mul_stages, tag_width=mul_tag.size)
             adder = m.submodules.adder = FPLanes(
                 op="add", lanes=_LANES, stages=self.add_latency, tag_width=add_tag.size)
+        buffer = m.submodules.buffer = Memory(shape=LINE_BITS, depth=self.buffer_lines,
+                                              init=[])
+        buffer_write = buffer.write_port()
         # Not transparent: a sum is read at least one cycle after it was written (the hazard
         # window covers the write cycle too).
         # (With correction lanes the correction reads while apply does: a port of its own.)
         if self._read_port_per_use:
-            uses = ("accumulate", "apply") + (("correct",) if self._corrections else ())
+            accumulate_read, apply_read = buffer.read_port(), buffer.read_port()
+            correct_read = buffer.read_port() if self._corrections else None
         else:
-            uses = ("accumulate",) + (("correct",) if self._correction_lanes else ())
-        if self._lane_replicas:
-            # Each FP lane's part of the buffer has its own memory, with its own copies of
-            # the registered write enable and addresses (same timing): one address net over
-            # the whole 512-bit buffer took 23.8 ns of routing in the ULX3S design.
-            buffer_write, reads = sliced_memory_ports(
-                m, width=LINE_BITS, depth=self.buffer_lines, slices=_LANES,
-                read_ports=len(uses), name="buffer")
-        else:
-            buffer = m.submodules.buffer = Memory(shape=LINE_BITS, depth=self.buffer_lines,
-                                                  init=[])
-            buffer_write = buffer.write_port()
-            reads = [buffer.read_port() for _ in uses]
-        ports = dict(zip(uses, reads, strict=True))
-        accumulate_read = ports["accumulate"]
-        apply_read = ports.get("apply", accumulate_read)
-        correct_read = ports.get("correct", accumulate_read) if self._corrections else None
+            accumulate_read = apply_read = correct_read = buffer.read_port()
+            if self._correction_lanes:
+                correct_read = buffer.read_port()
         # With lane_replicas each FP lane's part of the queue has its own write enable and
         # pointers (hw.mem.sliced_fifo).
         writes = m.submodules.writes = SlicedFIFO(

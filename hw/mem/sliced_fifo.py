@@ -23,16 +23,13 @@ The memories are read asynchronously, which LUT RAM supports and block RAM does 
 is for shallow queues.
 """
 
-from types import SimpleNamespace
-
 from amaranth.hdl import Elaboratable, Module, Mux, Signal
 from amaranth.lib import memory
 from amaranth.lib.fifo import FIFOInterface
 
 from hw.fanout import lane_copies
 
-__all__ = ["SlicedFIFO", "check_slices", "registered_sliced_memory", "slice_widths",
-           "sliced_memory_ports"]
+__all__ = ["SlicedFIFO", "check_slices", "registered_sliced_memory", "slice_widths"]
 
 
 def _check_positive(name, value):
@@ -114,8 +111,7 @@ class SlicedFIFO(Elaboratable, FIFOInterface):
         m.d.sync += [produce.eq(advanced(produce, do_write)), consume.eq(consume_next)]
         writing, read_data = registered_sliced_memory(
             m, width=self.width, depth=depth, slices=self._slices, write_enable=do_write,
-            write_address=produce, write_data=self.w_data, read_addresses=[consume_next])
-        read_data, = read_data
+            write_address=produce, write_data=self.w_data, read_address=consume_next)
 
         # ``level`` counts a write from the next cycle, while it is still on its way to the
         # memory; ``stored`` counts the entries already in the memories (what can be read).
@@ -135,29 +131,27 @@ class SlicedFIFO(Elaboratable, FIFOInterface):
 
 
 def registered_sliced_memory(m, *, width, depth, slices, write_enable, write_address,
-                             write_data, read_addresses, name="storage"):
+                             write_data, read_address, name="storage"):
     """A memory of ``depth`` entries of ``width`` bits, cut into ``slices`` memories (submodules
     ``<name>_<k>``), that every control reaches through a register, copied per slice.
 
     A write asked for in cycle *t* (``write_enable``, ``write_address``, ``write_data``) is
     written at the end of *t* + 1, from registers: the data's loads every cycle (no enable),
-    the enable and address have a copy per slice. Each of ``read_addresses`` is a read port:
-    a read asked for in cycle *t* answers in *t* + 1, read asynchronously at a registered
-    address (a copy per slice and port), so it sees every write asked for before *t*, as a
-    non-transparent synchronous read port would. Returns ``(writing, read_data)``: the
-    registered write enable (a write lands this cycle) and the data of each read port.
+    the enable and address have a copy per slice. A read asked for in cycle *t*
+    (``read_address``) answers in *t* + 1 on ``read_data``, read asynchronously at a registered
+    address (a copy per slice), so it sees every write asked for before *t*. Returns
+    ``(writing, read_data)``: the registered write enable (a write lands this cycle) and the
+    read data.
 
     The copies ignore a reset of the domain: in the cycle after one, a write asked for in the
-    reset's cycle still lands (``writing`` says it does not) and the read data is that of the
-    reads asked for then. A memory whose user never reads an entry the reset left behind
-    before writing it again (a FIFO the reset empties) does not see the difference."""
+    reset's cycle still lands (``writing`` says it does not) and ``read_data`` is that of the
+    read asked for then. A FIFO that the reset empties never reads such an entry before it is
+    written again."""
     staged_data = Signal(width, name=f"{name}_write_data")
     m.d.sync += staged_data.eq(write_data)  # no enable: the write enable says if it counts
     registers = {}
-    read_parts = ["read_address"] if len(read_addresses) == 1 else [
-        f"read_address_{port}" for port in range(len(read_addresses))]
     for part, value in (("write_enable", write_enable), ("write_address", write_address),
-                        *zip(read_parts, read_addresses, strict=True)):
+                        ("read_address", read_address)):
         register = Signal.like(value, name=f"{name}_{part}")
         m.d.sync += register.eq(value)
         # The copies ignore a reset (a ResetInserter around the FIFO, as the update engine
@@ -168,40 +162,19 @@ def registered_sliced_memory(m, *, width, depth, slices, write_enable, write_add
         copies = lane_copies(m, value, register, name=register.name, copies=slices,
                              replicate=slices > 1, reset_less=True)
         registers[part] = register, copies
-    read_data = [Signal(width, name=f"{name}_{part.replace('address', 'data')}")
-                 for part in read_parts]
+    read_data = Signal(width, name=f"{name}_read_data")
     low = 0
     for k, slice_width in enumerate(slice_widths(width, slices)):
         storage = m.submodules[f"{name}_{k}"] = memory.Memory(
             shape=slice_width, depth=depth, init=[])
         write = storage.write_port()
+        read = storage.read_port(domain="comb")
         m.d.comb += [
             write.en.eq(registers["write_enable"][1][k]),
             write.addr.eq(registers["write_address"][1][k]),
             write.data.eq(staged_data[low:low + slice_width]),
+            read.addr.eq(registers["read_address"][1][k]),
+            read_data[low:low + slice_width].eq(read.data),
         ]
-        for part, data_out in zip(read_parts, read_data, strict=True):
-            read = storage.read_port(domain="comb")
-            m.d.comb += [read.addr.eq(registers[part][1][k]),
-                         data_out[low:low + slice_width].eq(read.data)]
         low += slice_width
     return registers["write_enable"][0], read_data
-
-
-def sliced_memory_ports(m, *, width, depth, slices, read_ports, name):
-    """A memory built by :func:`registered_sliced_memory`, behind ports shaped like those of
-    :class:`amaranth.lib.memory.Memory`: a write port (``en``, ``addr``, ``data``) and
-    ``read_ports`` read ports (``addr``, ``data``), with the timing of a synchronous write port
-    and non-transparent synchronous read ports, for a user written for those. Returns
-    ``(write_port, [read_port, ...])``."""
-    address = range(depth)
-    write = SimpleNamespace(en=Signal(name=f"{name}_write_en"),
-                            addr=Signal(address, name=f"{name}_write_addr"),
-                            data=Signal(width, name=f"{name}_write_data_in"))
-    addresses = [Signal(address, name=f"{name}_read_addr_{port}")
-                 for port in range(read_ports)]
-    _, read_data = registered_sliced_memory(
-        m, width=width, depth=depth, slices=slices, write_enable=write.en,
-        write_address=write.addr, write_data=write.data, read_addresses=addresses, name=name)
-    return write, [SimpleNamespace(addr=addr, data=data_out)
-                   for addr, data_out in zip(addresses, read_data, strict=True)]

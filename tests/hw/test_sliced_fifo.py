@@ -6,15 +6,13 @@ import re
 
 import pytest
 from amaranth.back import rtlil
-from amaranth.hdl import Module, ResetInserter, Signal
-from amaranth.lib import data, memory, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import ResetInserter, Signal
 from amaranth.sim import Simulator
 
 from hw.emb.update_reads import ReadRouter
 from hw.fanout import REPLICA_ATTRIBUTE
 from hw.mem.line_writer import LineWriter
-from hw.mem.sliced_fifo import SlicedFIFO, sliced_memory_ports
+from hw.mem.sliced_fifo import SlicedFIFO
 
 
 def run_random_traffic(dut, *, cycles, write_rate, read_rate, seed, clear_rate=0.0):
@@ -119,62 +117,6 @@ def test_the_copies_load_the_pointer_itself_under_a_reset():
         r"\s*connect \\CLK .*\n\s*connect \\Q \\(\w+)\n", text))
     assert {inputs[f"storage_write_address_replica_{k}"] for k in range(4)} == {"\\produce [1:0]"}
     assert inputs["storage_write_address"] != "\\produce [1:0]"   # this one is reset
-
-
-class _BothMemories(wiring.Component):
-    """:func:`sliced_memory_ports` beside a ``lib.memory.Memory`` with a synchronous write
-    port and non-transparent synchronous read ports, driven by the same inputs."""
-
-    def __init__(self, *, width, depth, slices, read_ports):
-        self._shape = (width, depth, slices, read_ports)
-        super().__init__({
-            "en": In(1), "addr": In(range(depth)), "data": In(width),
-            "read_addr": In(data.ArrayLayout(range(depth), read_ports)),
-            "sliced": Out(data.ArrayLayout(width, read_ports)),
-            "reference": Out(data.ArrayLayout(width, read_ports)),
-        })
-
-    def elaborate(self, platform):
-        width, depth, slices, read_ports = self._shape
-        m = Module()
-        write, reads = sliced_memory_ports(m, width=width, depth=depth, slices=slices,
-                                           read_ports=read_ports, name="sliced")
-        reference = m.submodules.reference = memory.Memory(shape=width, depth=depth, init=[])
-        reference_write = reference.write_port()
-        for port in (write, reference_write):
-            m.d.comb += [port.en.eq(self.en), port.addr.eq(self.addr), port.data.eq(self.data)]
-        for k, read in enumerate(reads):
-            reference_read = reference.read_port()
-            m.d.comb += [read.addr.eq(self.read_addr[k]), reference_read.addr.eq(self.read_addr[k]),
-                         self.sliced[k].eq(read.data), self.reference[k].eq(reference_read.data)]
-        return m
-
-
-@pytest.mark.parametrize(("depth", "slices", "read_ports"), [(8, 16, 2), (5, 4, 3), (1, 2, 1)])
-def test_sliced_memory_ports_read_as_synchronous_ports_do(depth, slices, read_ports):
-    """Writes and reads at random, often at the address just written: every read port answers
-    what a non-transparent synchronous port of one memory answers, every cycle."""
-    seed = depth * 100 + slices
-    rng = random.Random(seed)
-    dut = _BothMemories(width=40, depth=depth, slices=slices, read_ports=read_ports)
-
-    async def testbench(ctx):
-        written = []
-        for cycle in range(300):
-            addr = rng.randrange(depth)
-            ctx.set(dut.en, rng.random() < 0.6)
-            ctx.set(dut.addr, addr)
-            ctx.set(dut.data, rng.getrandbits(40))
-            choices = [addr, *written[-2:], rng.randrange(depth)]
-            ctx.set(dut.read_addr, [rng.choice(choices) for _ in range(read_ports)])
-            written.append(addr)
-            await ctx.tick()
-            assert ctx.get(dut.sliced) == ctx.get(dut.reference), f"cycle {cycle}, seed {seed}"
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(testbench)
-    sim.run()
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
