@@ -23,36 +23,27 @@ REPLICA_ATTRIBUTE = "trainingcxl_replica"
 KEEP_REPLICAS_SCRIPT = f"setattr -set keep 1 a:{REPLICA_ATTRIBUTE} %ci1:+$dff[Q] t:$dff %i"
 
 
-def replicated_register(m, value, *, copies, name, domain="sync", reset_less=False):
+def replicated_register(m, value, *, copies, name, domain="sync"):
     """``copies`` registers, each loaded with ``value`` every cycle of ``domain``: the same
     timing as one register ``r.eq(value)``, for ``copies`` groups of consumers. Returns the
-    list of registers, named ``<name>_replica_<k>``.
-
-    With ``reset_less`` the copies ignore a reset of ``domain`` (a ``ResetInserter`` around
-    the module): they load ``value`` then too, so that no copy's input passes through a gate
-    shared with the reset, one net spread over every copy. Only for copies whose consumers
-    ignore them for the cycle after a reset."""
+    list of registers, named ``<name>_replica_<k>``."""
     _check_copies(copies)
     replicas = []
     for k in range(copies):
-        replica = Signal.like(value, name=f"{name}_replica_{k}", reset_less=reset_less,
+        replica = Signal.like(value, name=f"{name}_replica_{k}",
                               attrs={REPLICA_ATTRIBUTE: 1})
         m.d[domain] += replica.eq(value)
         replicas.append(replica)
     return replicas
 
 
-def lane_copies(m, next_value, current, *, copies, name, replicate, domain="sync",
-                reset_less=False):
+def lane_copies(m, next_value, current, *, copies, name, replicate, domain="sync"):
     """What the register ``current`` holds, once per consumer: with ``replicate``,
     ``copies`` registers loaded from ``next_value`` (what ``current`` holds one cycle later,
-    so every copy equals ``current``, or with ``reset_less`` every copy but in the cycle after
-    a reset: see :func:`replicated_register`); without it, ``current`` itself ``copies``
-    times."""
+    so every copy equals ``current``); without it, ``current`` itself ``copies`` times."""
     _check_copies(copies)
     if replicate:
-        return replicated_register(m, next_value, copies=copies, name=name, domain=domain,
-                                   reset_less=reset_less)
+        return replicated_register(m, next_value, copies=copies, name=name, domain=domain)
     return [current] * copies
 
 

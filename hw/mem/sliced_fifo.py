@@ -141,12 +141,7 @@ def registered_sliced_memory(m, *, width, depth, slices, write_enable, write_add
     (``read_address``) answers in *t* + 1 on ``read_data``, read asynchronously at a registered
     address (a copy per slice), so it sees every write asked for before *t*. Returns
     ``(writing, read_data)``: the registered write enable (a write lands this cycle) and the
-    read data.
-
-    The copies ignore a reset of the domain: in the cycle after one, a write asked for in the
-    reset's cycle still lands (``writing`` says it does not) and ``read_data`` is that of the
-    read asked for then. A FIFO that the reset empties never reads such an entry before it is
-    written again."""
+    read data."""
     staged_data = Signal(width, name=f"{name}_write_data")
     m.d.sync += staged_data.eq(write_data)  # no enable: the write enable says if it counts
     registers = {}
@@ -154,13 +149,8 @@ def registered_sliced_memory(m, *, width, depth, slices, write_enable, write_add
                         ("read_address", read_address)):
         register = Signal.like(value, name=f"{name}_{part}")
         m.d.sync += register.eq(value)
-        # The copies ignore a reset (a ResetInserter around the FIFO, as the update engine
-        # clears its per-command FIFOs): gated by it, each copy's input came from one LUT
-        # spread over every slice (14.6 ns of routing in the ULX3S design). In the cycle after
-        # a reset they may write a stale entry at a stale address; the reset emptied the
-        # FIFO, so no entry is read before it is written again.
         copies = lane_copies(m, value, register, name=register.name, copies=slices,
-                             replicate=slices > 1, reset_less=True)
+                             replicate=slices > 1)
         registers[part] = register, copies
     read_data = Signal(width, name=f"{name}_read_data")
     low = 0

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 from amaranth.back import rtlil
-from amaranth.hdl import Module, ResetInserter, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
@@ -67,27 +67,6 @@ def test_lane_copies_are_the_register_itself_without_replicate():
         == [current] * 3
     replicas = lane_copies(m, next_value, current, copies=3, name="x", replicate=True)
     assert [r.name for r in replicas] == ["x_replica_0", "x_replica_1", "x_replica_2"]
-
-
-@pytest.mark.parametrize("reset_less", [False, True])
-def test_reset_less_copies_load_through_a_reset(reset_less):
-    m = Module()
-    value, clear = Signal(4), Signal()
-    copies = lane_copies(m, value, Signal(4), copies=2, name="x", replicate=True,
-                         reset_less=reset_less)
-    assert all(copy.reset_less == reset_less for copy in copies)
-    dut = ResetInserter(clear)(m)
-
-    async def testbench(ctx):
-        ctx.set(value, 9)
-        ctx.set(clear, 1)
-        await ctx.tick()
-        assert [ctx.get(copy) for copy in copies] == [9 if reset_less else 0] * 2
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(testbench)
-    sim.run()
 
 
 @pytest.mark.parametrize("copies", [0, -1, 2.0, None, True])

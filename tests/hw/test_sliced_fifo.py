@@ -6,7 +6,6 @@ import re
 
 import pytest
 from amaranth.back import rtlil
-from amaranth.hdl import ResetInserter, Signal
 from amaranth.sim import Simulator
 
 from hw.emb.update_reads import ReadRouter
@@ -15,27 +14,22 @@ from hw.mem.line_writer import LineWriter
 from hw.mem.sliced_fifo import SlicedFIFO
 
 
-def run_random_traffic(dut, *, cycles, write_rate, read_rate, seed, clear_rate=0.0):
+def run_random_traffic(dut, *, cycles, write_rate, read_rate, seed):
     """Random writes and reads, checked every cycle against a model of the queue: ``level``
     counts the entries written before this cycle, ``r_rdy`` the ones written at least
-    ``latency`` cycles ago. With ``clear_rate`` the FIFO sits in a ``ResetInserter`` whose
-    reset, pulsed at random, empties it. Returns the number of entries read."""
+    ``latency`` cycles ago. Returns the number of entries read."""
     rng = random.Random(seed)
     queue = []  # (cycle written, data)
     read = []
-    clear = Signal()
-    top = ResetInserter(clear)(dut) if clear_rate else dut
 
     async def testbench(ctx):
         for cycle in range(cycles):
             w_en = rng.random() < write_rate
             r_en = rng.random() < read_rate
-            clearing = rng.random() < clear_rate
             w_data = rng.getrandbits(dut.width)
             ctx.set(dut.w_en, w_en)
             ctx.set(dut.w_data, w_data)
             ctx.set(dut.r_en, r_en)
-            ctx.set(clear, clearing)
             readable = [entry for entry in queue if entry[0] <= cycle - dut.latency]
             where = f"cycle {cycle}, seed {seed}"
             assert ctx.get(dut.level) == len(queue), where
@@ -45,13 +39,11 @@ def run_random_traffic(dut, *, cycles, write_rate, read_rate, seed, clear_rate=0
                 assert ctx.get(dut.r_data) == readable[0][1], where
             if r_en and readable:
                 read.append(queue.pop(0)[1])
-            if clearing:
-                queue.clear()
-            elif w_en and ctx.get(dut.w_rdy):
+            if w_en and ctx.get(dut.w_rdy):
                 queue.append((cycle, w_data))
             await ctx.tick()
 
-    sim = Simulator(top)
+    sim = Simulator(dut)
     sim.add_clock(1e-6)
     sim.add_testbench(testbench)
     sim.run()
@@ -65,17 +57,6 @@ def test_fifo_keeps_order_level_and_latency_under_random_traffic(depth, slices):
         dut = SlicedFIFO(width=19, depth=depth, slices=slices)
         assert run_random_traffic(dut, cycles=400, write_rate=write_rate,
                                   read_rate=read_rate, seed=seed) > 40
-
-
-@pytest.mark.parametrize("depth", [1, 3, 16])
-def test_a_reset_empties_the_fifo_and_no_stale_entry_is_read(depth):
-    """The slices' copies of the write enable and addresses ignore the reset (they are
-    loaded then too, so no reset gate sits before them): the write asked for in the reset's
-    cycle still lands in a memory the cycle after, and must never be read."""
-    for seed in range(3):
-        dut = SlicedFIFO(width=19, depth=depth, slices=4)
-        assert run_random_traffic(dut, cycles=600, write_rate=0.8, read_rate=0.6, seed=seed,
-                                  clear_rate=0.08) > 100
 
 
 @pytest.mark.parametrize("depth", [3, 4, 8])
@@ -102,21 +83,6 @@ def test_each_slice_has_its_own_control_registers():
                         for k in range(4)}
     single = SlicedFIFO(width=19, depth=4, slices=1)
     assert REPLICA_ATTRIBUTE not in rtlil.convert(single, ports=[single.w_data, single.r_data])
-
-
-def test_the_copies_load_the_pointer_itself_under_a_reset():
-    """In a ResetInserter (the update engine clears its FIFOs per command) the write address
-    copies load the write pointer, not the output of a reset gate that one net would carry to
-    every slice."""
-    dut = SlicedFIFO(width=19, depth=4, slices=4)
-    clear = Signal()
-    text = rtlil.convert(ResetInserter(clear)(dut), ports=[dut.w_data, dut.w_en, dut.r_data,
-                                                           dut.r_en, clear])
-    inputs = dict((q, d) for d, q in re.findall(
-        r"cell \$dff \S+\n(?:\s*parameter .*\n)*\s*connect \\D (.+)\n"
-        r"\s*connect \\CLK .*\n\s*connect \\Q \\(\w+)\n", text))
-    assert {inputs[f"storage_write_address_replica_{k}"] for k in range(4)} == {"\\produce [1:0]"}
-    assert inputs["storage_write_address"] != "\\produce [1:0]"   # this one is reset
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
