@@ -214,9 +214,7 @@ class OffsetsValidator(wiring.Component):
         step = Signal()
         # A table start is captured a cycle after the step that finds it: the decision (a
         # 32-bit comparison behind the line's valid) then drives one register, not the enables
-        # of every `table_starts` flip-flop. `done` waits for that write. The table and value
-        # are registered every cycle, with no enable, so the line's valid reaches only
-        # `capture_pending`.
+        # of every `table_starts` flip-flop. `done` waits for that write.
         capture_pending = Signal()
         capture_every = Signal()   # bags == 0: every table starts at offsets[0]
         capture_table = Signal(8)
@@ -238,8 +236,7 @@ class OffsetsValidator(wiring.Component):
             self.lines.ready.eq(step & finishes_line),
             self.done.eq(~active & ~judge & ~capture_pending),
         ]
-        m.d.sync += [capture_pending.eq(0), capture_every.eq(bags == 0),
-                     capture_table.eq(table), capture_value.eq(first_value)]
+        m.d.sync += capture_pending.eq(0)
         with m.If(capture_pending):
             for t in range(self._max_tables + 1):
                 with m.If(capture_every | (capture_table == t)):
@@ -264,7 +261,8 @@ class OffsetsValidator(wiring.Component):
             with m.If(self.lines.ready):
                 m.d.sync += self.lines_done.eq(self.lines_done + 1)
             with m.If(capture & (mode == OffsetsMode.CHECK) & ((bags == 0) | at_table_start)):
-                m.d.sync += capture_pending.eq(1)
+                m.d.sync += [capture_pending.eq(1), capture_every.eq(bags == 0),
+                             capture_table.eq(table), capture_value.eq(first_value)]
             left_after = left - length
             to_table_after = to_table - length
             m.d.sync += [cursor.eq(segment_end), previous.eq(last_value),
