@@ -75,7 +75,7 @@ def _update_engine(params):
 
     names = ("max_tables", "max_dim", "num_regions", "addr_width", "id_width",
              "max_unique_rows", "relaxed_lookup", "correction_bags", "add_stages",
-             "mul_stages", "fpga_pipelining")
+             "mul_stages", "fpga_pipelining", "lane_fold")
     return UpdateEngine(**{k: params[k] for k in names if k in params},
                         outstanding_reads=params["update_outstanding_reads"])
 

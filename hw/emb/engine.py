@@ -96,6 +96,11 @@ class EmbeddingEngine(wiring.Component):
         Registers for FPGA clock rates in both engines (:class:`~hw.emb.lookup.LookupEngine`,
         :class:`~hw.emb.update.UpdateEngine`) and, with ``shared_lanes``, a copy of the lane
         owner per lane (:mod:`hw.fanout`); default False.
+    lane_fold : int
+        Cycles a line takes through both engines' multipliers and adders: folded
+        :class:`~hw.fp.FPLanes` with ``16 / lane_fold`` units each, for FPGA builds that trade
+        the engines' FP rate for area (:class:`~hw.emb.lookup.LookupEngine`,
+        :class:`~hw.emb.update.UpdateEngine`); default 1, results the same.
     shared_lanes : bool
         One multiplier and one adder (16 lanes each) for both engines (default True), or a
         set each (False: the engines as they are alone).
@@ -133,7 +138,7 @@ class EmbeddingEngine(wiring.Component):
                  shared_lanes=True, update_write_buffer=None, relaxed_lookup=True,
                  correction_bags=None, correction_contexts=None, correction_queue_depth=None,
                  delta_lanes=None, correction_lanes=None, mean_reciprocal="pipelined",
-                 fpga_pipelining=False):
+                 fpga_pipelining=False, lane_fold=1):
         check_bool("Shared lanes", shared_lanes)
         check_bool("Relaxed lookup", relaxed_lookup)
         self._relaxed_lookup = relaxed_lookup
@@ -143,7 +148,7 @@ class EmbeddingEngine(wiring.Component):
             index_buffer_depth=index_buffer_depth, offset_buffer_depth=offset_buffer_depth,
             output_buffer_depth=output_buffer_depth, bag_slots=bag_slots,
             add_stages=add_stages, mul_stages=mul_stages, mean_reciprocal=mean_reciprocal,
-            fpga_pipelining=fpga_pipelining)
+            fpga_pipelining=fpga_pipelining, lane_fold=lane_fold)
         LookupEngine.check_parameters(**self._lookup_params)
         self._fpga_pipelining = fpga_pipelining
         self._update_params = dict(
@@ -156,7 +161,8 @@ class EmbeddingEngine(wiring.Component):
             correction_bags=correction_bags, correction_contexts=correction_contexts,
             correction_queue_depth=correction_queue_depth, delta_lanes=delta_lanes,
             correction_lanes=correction_lanes,
-            add_stages=add_stages, mul_stages=mul_stages, fpga_pipelining=fpga_pipelining)
+            add_stages=add_stages, mul_stages=mul_stages, fpga_pipelining=fpga_pipelining,
+            lane_fold=lane_fold)
         # Built now so that the update engine's own parameter checks run in this constructor.
         update_class = update_engine_class()
         # (Without an update engine there is nothing to share.)
@@ -165,6 +171,7 @@ class EmbeddingEngine(wiring.Component):
         self._update_params["shared_lanes"] = self._shared_lanes
         self._update = None if update_class is None else update_class(**self._update_params)
         self._add_stages, self._mul_stages = add_stages, mul_stages
+        self._lane_fold = lane_fold
         self._max_tables = max_tables
         self._addr_width = addr_width
         self._id_width = id_width
@@ -322,8 +329,10 @@ class EmbeddingEngine(wiring.Component):
         lookup, update = engines["lookup"], engines["update"]
         mul_tag, add_tag = update.lanes_tag_widths
         units = {
-            "mul": FPLanes(op="mul", stages=self._mul_stages, tag_width=mul_tag),
-            "add": FPLanes(op="add", stages=self._add_stages, tag_width=add_tag),
+            "mul": FPLanes(op="mul", stages=self._mul_stages, tag_width=mul_tag,
+                           fold=self._lane_fold),
+            "add": FPLanes(op="add", stages=self._add_stages, tag_width=add_tag,
+                           fold=self._lane_fold),
         }
         for op, unit in units.items():
             m.submodules[f"shared_{op}"] = unit

@@ -41,6 +41,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from hw.fp import FPAdd, FPMul, fp_lanes_signature
+from hw.fp.lanes import check_fold
 from hw.mem.axi import AXI4Signature
 from hw.mem.line_stream import LinePrefetch, LineStream
 from hw.mem.line_writer import LineWriter
@@ -141,6 +142,11 @@ class LookupEngine(wiring.Component):
         own copy of the pooler's operand choice and factor registers, and each 32-bit lane of
         the offset and index line streams its own copy of their read pointer
         (:mod:`hw.fanout`). Needs a multiplier of at least two stages. Default False.
+    lane_fold : int
+        Cycles a line takes through the pooler's multiplier and adder, folded
+        :class:`~hw.fp.FPLanes` of ``16 / lane_fold`` units each (1, 2, 4, 8 or 16): an FPGA
+        build's trade of pooling rate (a line every ``lane_fold`` cycles) for area. Default
+        1, a unit per lane; results are the same.
 
     Members
     -------
@@ -162,21 +168,23 @@ class LookupEngine(wiring.Component):
     mul_lanes, add_lanes : ``In(hw.fp.fp_lanes_signature(op=..., lanes=16))``
         Only with ``shared_lanes=True``: the pooling multiplier and adder are not built here
         but reached through these ports (:class:`~hw.emb.engine.EmbeddingEngine` shares one
-        set with the update engine); they must have ``mul_stages`` and ``add_stages``.
+        set with the update engine); they must have ``mul_stages``, ``add_stages`` and
+        ``lane_fold``.
     """
 
     def __init__(self, *, max_tables=8, max_dim=128, num_regions=4, addr_width=48, id_width=8,
                  outstanding_reads=128, index_buffer_depth=8192, offset_buffer_depth=2048,
                  output_buffer_depth=128, bag_slots=16, add_stages=None, mul_stages=None,
                  mean_reciprocal="pipelined", fpga_pipelining=False,
-                 shared_lanes=False):
+                 shared_lanes=False, lane_fold=1):
         self.check_parameters(
             max_tables=max_tables, max_dim=max_dim, num_regions=num_regions,
             addr_width=addr_width, id_width=id_width, outstanding_reads=outstanding_reads,
             index_buffer_depth=index_buffer_depth, offset_buffer_depth=offset_buffer_depth,
             output_buffer_depth=output_buffer_depth, bag_slots=bag_slots,
             add_stages=add_stages, mul_stages=mul_stages, mean_reciprocal=mean_reciprocal,
-            fpga_pipelining=fpga_pipelining)
+            fpga_pipelining=fpga_pipelining, lane_fold=lane_fold)
+        self._lane_fold = lane_fold
         self._mean_reciprocal = mean_reciprocal
         self._fpga_pipelining = fpga_pipelining
         self._max_tables, self._max_dim, self._num_regions = max_tables, max_dim, num_regions
@@ -207,7 +215,7 @@ class LookupEngine(wiring.Component):
     def check_parameters(*, max_tables, max_dim, num_regions, addr_width, id_width,
                          outstanding_reads, index_buffer_depth, offset_buffer_depth,
                          output_buffer_depth, bag_slots, add_stages, mul_stages,
-                         mean_reciprocal="pipelined", fpga_pipelining=False):
+                         mean_reciprocal="pipelined", fpga_pipelining=False, lane_fold=1):
         """Raise ``TypeError``/``ValueError`` naming the first bad parameter (used by the
         constructor and by :class:`~hw.emb.engine.EmbeddingEngine`)."""
         check_int("Maximum table count", max_tables, minimum=1, maximum=255)
@@ -231,6 +239,7 @@ class LookupEngine(wiring.Component):
         if fpga_pipelining and mul_stages is not None and mul_stages < 2:
             raise ValueError(f"FPGA pipelining needs at least 2 multiplier stages, not "
                              f"{mul_stages}")
+        check_fold(lane_fold, lanes=LANES)
 
     @property
     def max_tables(self):
@@ -265,7 +274,11 @@ class LookupEngine(wiring.Component):
         """Cycles from a line leaving the reorder buffer to its pooled result."""
         mul = FPMul.DEFAULT_STAGES if self._mul_stages is None else self._mul_stages
         add = FPAdd.DEFAULT_STAGES if self._add_stages is None else self._add_stages
-        return 1 + mul + add
+        return 1 + mul + add + 2 * (self._lane_fold - 1)
+
+    @property
+    def lane_fold(self):
+        return self._lane_fold
 
     def elaborate(self, platform):
         m = Module()
@@ -311,7 +324,7 @@ class LookupEngine(wiring.Component):
             add_stages=self._add_stages, mul_stages=self._mul_stages,
             shared_lanes=self._shared_lanes,
             registered_accumulator_read=self._fpga_pipelining,
-            lane_replicas=self._fpga_pipelining)
+            lane_replicas=self._fpga_pipelining, lane_fold=self._lane_fold)
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), pooler.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), pooler.add_lanes)

@@ -22,6 +22,10 @@ operand choice and of its factor (:func:`hw.fanout.lane_copies`), loaded in the 
 cycle as the shared ones, so no single register drives all 512 operand bits. The
 accumulators are one memory per lane, read at registered addresses (a read that sees every
 earlier cycle's writes); with ``lane_replicas`` each lane's memory has its own copies of them.
+
+With ``lane_fold`` > 1 the multiplier and adder are folded :class:`~hw.fp.FPLanes` (half the
+units for 2, each line over two cycles): ops are popped at most once in ``lane_fold`` cycles,
+and the pipeline counts the lanes' longer latency (an FPGA build's trade of rate for area).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
@@ -31,6 +35,7 @@ from amaranth.lib.wiring import In, Out
 from hw.fanout import lane_copies
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
+from hw.fp.lanes import check_fold
 
 from .gather import OpKind
 
@@ -68,7 +73,7 @@ class Pooler(wiring.Component):
 
     def __init__(self, *, op_layout, slot_bits, line_bits, line_addr_width, out_depth,
                  add_stages=None, mul_stages=None, shared_lanes=False,
-                 registered_accumulator_read=False, lane_replicas=False):
+                 registered_accumulator_read=False, lane_replicas=False, lane_fold=1):
         self._op_layout = op_layout
         self._slot_bits = slot_bits
         self._line_bits = line_bits
@@ -79,6 +84,10 @@ class Pooler(wiring.Component):
                                         maximum=len(FPAdd.CUTS) - 1)
         if self._mul_stages < 1:
             raise ValueError("The pooling multiplier needs at least one pipeline stage")
+        self._fold = check_fold(lane_fold, lanes=LANES)
+        # Folded lanes are units whose latency is fold - 1 cycles longer.
+        self._mul_latency = self._mul_stages + self._fold - 1
+        self._add_latency = self._add_stages + self._fold - 1
         self._shared_lanes = bool(shared_lanes)
         # (Validated by LookupEngine.check_parameters, as the stages are.)
         self._registered_read = bool(registered_accumulator_read)
@@ -105,21 +114,29 @@ class Pooler(wiring.Component):
     def hazard_window(self):
         """Cycles after an accumulating op's pop during which a ROW op on the same
         accumulator line must wait (the adder's latency, plus one with a registered read)."""
-        return self._add_stages + self._registered_read
+        return self._add_latency + self._registered_read
 
     @property
     def latency(self):
         """Cycles from an op's pop to its accumulator write or output."""
-        return 1 + self._mul_stages + self._add_stages
+        return 1 + self._mul_latency + self._add_latency
+
+    @property
+    def lane_fold(self):
+        """Cycles a line takes through the (folded) lanes; an op is popped at most once in
+        that many cycles."""
+        return self._fold
 
     def elaborate(self, platform):
         m = Module()
         if self._shared_lanes:
             mul, add = self.mul_lanes, self.add_lanes  # (driven and read as a unit's ports)
         else:
-            m.submodules.mul = mul = FPLanes(op="mul", lanes=LANES, stages=self._mul_stages)
-            m.submodules.add = add = FPLanes(op="add", lanes=LANES, stages=self._add_stages)
-        mul_latency, add_latency = self._mul_stages, self._add_stages
+            m.submodules.mul = mul = FPLanes(op="mul", lanes=LANES, stages=self._mul_stages,
+                                             fold=self._fold)
+            m.submodules.add = add = FPLanes(op="add", lanes=LANES, stages=self._add_stages,
+                                             fold=self._fold)
+        mul_latency, add_latency = self._mul_latency, self._add_latency
         depth = mul_latency + add_latency
 
         # One accumulator memory per lane, each read through its own address register (with
@@ -165,12 +182,17 @@ class Pooler(wiring.Component):
         hazard = (((op.kind == OpKind.ROW) & ~op.first & conflict_late)
                   | ((op.kind == OpKind.SCALE) & conflict_early))
 
+        # valid[k]: an op kept k + 1 cycles ago (it enters the multiplier a cycle after).
+        valid = [Signal(name=f"valid_{k}") for k in range(depth + 1)]
+        # Folded lanes take an op at most once in `lane_fold` cycles.
+        spacing = Cat(valid[:self._fold - 1]).any() if self._fold > 1 else Const(0)
         outputs_in_flight = Signal(range(self._out_depth + 1))
         has_room = self.out_level + outputs_in_flight < self._out_depth
         pop = Signal()
         keep = Signal()
         m.d.comb += [
-            self.ops.ready.eq(self.discard | (~hazard & (~makes_output(op) | has_room))),
+            self.ops.ready.eq(self.discard |
+                              (~hazard & ~spacing & (~makes_output(op) | has_room))),
             pop.eq(self.ops.valid & self.ops.ready),
             keep.eq(pop & ~self.discard),
         ]
@@ -189,7 +211,6 @@ class Pooler(wiring.Component):
             "kind": OpKind, "slot": unsigned(self._slot_bits),
             "line": unsigned(self._line_bits), "first": 1, "last": 1,
             "out_line": self.out.payload.line.shape()})
-        valid = [Signal(name=f"valid_{k}") for k in range(depth + 1)]
         stage = [Signal(stage_layout, name=f"stage_{k}") for k in range(depth + 1)]
         row_data = Signal(32 * LANES)
         factor = Signal(32)

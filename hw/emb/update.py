@@ -55,6 +55,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.fp import FPAdd, FPMul, fp_lanes_signature
+from hw.fp.lanes import check_fold
 from hw.mem.axi import AXI4Signature
 from hw.skid import SkidBuffer
 
@@ -180,6 +181,12 @@ class UpdateEngine(wiring.Component):
         (a cycle more per command); the walker hands its occurrences to the gradient fetch
         through a skid buffer (:class:`hw.skid.SkidBuffer`: a cycle of latency, no loss of
         rate). Results are the same. Default False.
+    lane_fold : int
+        Cycles a line takes through the multiplier and adder: folded
+        :class:`~hw.fp.FPLanes` of ``16 / lane_fold`` units each, for FPGA builds that trade
+        the apply's and accumulation's rate (a line every ``lane_fold`` cycles) for area
+        (``UpdateDatapath(lane_fold=)``). Only without ``relaxed_lookup``. Default 1; results
+        are the same.
 
     Members
     -------
@@ -204,8 +211,8 @@ class UpdateEngine(wiring.Component):
     mul_lanes, add_lanes : ``In(hw.fp.fp_lanes_signature(op=..., lanes=16, tag_width=...))``
         Only with ``shared_lanes=True``: the multiplier and adder are not built here but
         reached through these ports (:class:`~hw.emb.engine.EmbeddingEngine` shares one set
-        with the lookup engine); they must have ``mul_stages``, ``add_stages`` and the tag
-        widths of :attr:`lanes_tag_widths`.
+        with the lookup engine); they must have ``mul_stages``, ``add_stages``,
+        ``lane_fold`` and the tag widths of :attr:`lanes_tag_widths`.
 
     Raises
     ------
@@ -217,7 +224,8 @@ class UpdateEngine(wiring.Component):
                  max_unique_rows=64, mul_stages=None, add_stages=None, outstanding_reads=16,
                  shared_lanes=False, write_buffer_lines=None, relaxed_lookup=True,
                  correction_bags=None, correction_contexts=None, correction_queue_depth=None,
-                 delta_lanes=None, correction_lanes=None, fpga_pipelining=False):
+                 delta_lanes=None, correction_lanes=None, fpga_pipelining=False,
+                 lane_fold=1):
         _check_int(max_tables, 1, 255, "Table count limit must be an integer in 1..255")
         if (not isinstance(max_dim, int) or isinstance(max_dim, bool)
                 or not 16 <= max_dim <= 65520 or max_dim % 16):
@@ -232,6 +240,10 @@ class UpdateEngine(wiring.Component):
         self._add_stages = _check_stages(add_stages, FPAdd, "Adder")
         check_bool("FPGA pipelining", fpga_pipelining)
         self._fpga_pipelining = fpga_pipelining
+        self._lane_fold = check_fold(lane_fold, lanes=LANES)
+        if lane_fold > 1 and relaxed_lookup:
+            raise ValueError(f"Folded lanes take no correction: lane_fold must be 1 with "
+                             f"relaxed_lookup, not {lane_fold!r}")
         _check_int(outstanding_reads, 4, 256,
                    "Outstanding reads must be an integer in 4..256")
         if write_buffer_lines is not None:
@@ -239,8 +251,8 @@ class UpdateEngine(wiring.Component):
                        "Write buffer must be None or an integer in 1..65536")
             # (fpga_pipelining registers the multiplier's operands: a cycle of its latency.)
             least = UpdateDatapath.apply_latency_of(
-                mul_latency=self._mul_stages + self._fpga_pipelining,
-                add_latency=self._add_stages) + 3
+                mul_latency=self.mul_latency + self._fpga_pipelining,
+                add_latency=self.add_latency) + 3
             if write_buffer_lines < least:
                 raise ValueError(f"Write buffer must be at least {least} lines (the apply "
                                  f"latency + 3), not {write_buffer_lines}")
@@ -391,16 +403,22 @@ class UpdateEngine(wiring.Component):
 
     @property
     def mul_latency(self):
-        return self._mul_stages
+        """The multiplier lanes' latency: their stages, plus ``lane_fold - 1``."""
+        return self._mul_stages + self._lane_fold - 1
 
     @property
     def add_latency(self):
-        return self._add_stages
+        """The adder lanes' latency: their stages, plus ``lane_fold - 1``."""
+        return self._add_stages + self._lane_fold - 1
+
+    @property
+    def lane_fold(self):
+        return self._lane_fold
 
     @property
     def hazard_window(self):
         """Cycles a gradient line waits before the same buffer line can be accumulated again."""
-        return self._add_stages + 1
+        return self.add_latency + 1
 
     @property
     def outstanding_reads(self):
@@ -480,7 +498,7 @@ class UpdateEngine(wiring.Component):
             delta_lanes=self._delta_lanes, correction_lanes=self._correction_lanes,
             lane_replicas=self._fpga_pipelining,
             registered_operands=self._fpga_pipelining,
-            read_port_per_use=self._fpga_pipelining))
+            read_port_per_use=self._fpga_pipelining, lane_fold=self._lane_fold))
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), datapath.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)

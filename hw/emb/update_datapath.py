@@ -38,6 +38,7 @@ from amaranth.lib.wiring import In, Out
 from hw.fanout import lane_copies
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
+from hw.fp.lanes import check_fold
 from hw.mem.sliced_fifo import SlicedFIFO
 
 from .update_fetch import row_context_layout
@@ -131,6 +132,13 @@ class UpdateDatapath(wiring.Component):
         registers that choose them (:func:`hw.fanout.lane_copies`), and each lane's part of the
         write queue has its own write enable and pointers
         (:class:`~hw.mem.sliced_fifo.SlicedFIFO`), for FPGA builds (default False).
+    lane_fold : int
+        The multiplier and adder are folded :class:`~hw.fp.FPLanes` (``16 / lane_fold``
+        units each, a line over ``lane_fold`` cycles; built here or, with ``shared_lanes``,
+        elsewhere with the same fold): accumulation and apply issue a line at most once in
+        ``lane_fold`` cycles, and :attr:`mul_latency` and :attr:`add_latency` count the
+        lanes' ``lane_fold - 1`` cycles more. An FPGA build's trade of rate for area; only
+        without ``corrections`` (default 1, a unit per lane).
     registered_operands : bool
         The multiplier's operands (chosen lane by lane) pass a register before the
         multiplier, so that a choice's inputs from across the engine reach the lanes in a
@@ -178,7 +186,7 @@ class UpdateDatapath(wiring.Component):
                  add_stages=None, write_depth=None, shared_lanes=False, cached_bags=0,
                  corrections=True, correction_contexts=1, correction_queue_depth=16,
                  delta_lanes=False, correction_lanes=False, lane_replicas=False,
-                 registered_operands=False, read_port_per_use=False):
+                 registered_operands=False, read_port_per_use=False, lane_fold=1):
         if cached_bags and not corrections:
             raise ValueError(f"A bag store needs the corrections: cached_bags must be 0 "
                              f"without them, not {cached_bags!r}")
@@ -203,6 +211,10 @@ class UpdateDatapath(wiring.Component):
             raise ValueError("Correction lanes need the delta lanes: delta_lanes must be True "
                              "with correction_lanes")
         self._correction_lanes = correction_lanes
+        self._fold = check_fold(lane_fold, lanes=_LANES)
+        if self._fold > 1 and corrections:
+            raise ValueError(f"Folded lanes take no correction: lane_fold must be 1 with "
+                             f"corrections, not {lane_fold!r}")
         self._lane_replicas = bool(lane_replicas)
         self._registered_operands = bool(registered_operands)
         self._read_port_per_use = bool(read_port_per_use)
@@ -327,11 +339,16 @@ class UpdateDatapath(wiring.Component):
     def mul_latency(self):
         """Cycles from choosing the multiplier's operands to its product: the multiplier's
         stages, plus the operand register with ``registered_operands``."""
-        return self._mul_stages + self._registered_operands
+        return self._mul_stages + self._registered_operands + self._fold - 1
 
     @property
     def add_latency(self):
-        return self._add_stages
+        """Cycles from the adder's operands to its sum (its stages, plus ``lane_fold - 1``)."""
+        return self._add_stages + self._fold - 1
+
+    @property
+    def lane_fold(self):
+        return self._fold
 
     @property
     def hazard_window(self):
@@ -363,9 +380,11 @@ class UpdateDatapath(wiring.Component):
             multiplier, adder = self.mul_lanes, self.add_lanes  # (used as a unit's ports)
         else:
             multiplier = m.submodules.multiplier = FPLanes(
-                op="mul", lanes=_LANES, stages=self._mul_stages, tag_width=mul_tag.size)
+                op="mul", lanes=_LANES, stages=self._mul_stages, tag_width=mul_tag.size,
+                fold=self._fold)
             adder = m.submodules.adder = FPLanes(
-                op="add", lanes=_LANES, stages=self.add_latency, tag_width=add_tag.size)
+                op="add", lanes=_LANES, stages=self._add_stages, tag_width=add_tag.size,
+                fold=self._fold)
         buffer = m.submodules.buffer = Memory(shape=LINE_BITS, depth=self.buffer_lines,
                                               init=[])
         buffer_write = buffer.write_port()
@@ -450,8 +469,19 @@ class UpdateDatapath(wiring.Component):
         accumulate_go = Signal()
         # (Deltas still in flight would write the buffer in the same cycle as a sum.)
         deltas_busy = ((subtracting != 0) | feedback_valid) if self._corrections else Const(0)
+        # Folded lanes take a line at most once in lane_fold cycles: mul_recent[k], a line
+        # entered the multiplier k + 1 cycles ago (an accumulation enters with its go, an
+        # apply's line the cycle after).
+        mul_recent = [Signal(name=f"mul_recent_{k}") for k in range(self._fold - 1)]
+        apply_ready = Signal()
+        accumulate_spaced = ~Cat(*mul_recent).any() if mul_recent else Const(1)
+        apply_spaced = Const(1)
+        if mul_recent:
+            apply_spaced = ~apply_ready
+            if mul_recent[:-1]:
+                apply_spaced = apply_spaced & ~Cat(*mul_recent[:-1]).any()
         m.d.comb += accumulate_go.eq(wants_accumulate & ~busy_line & (applying == 0) &
-                                     ~deltas_busy)
+                                     ~deltas_busy & accumulate_spaced)
         for newer, older in zip([None, *recent], recent, strict=False):
             if newer is None:
                 m.d.sync += [older.valid.eq(accumulate_go), older.buffer.eq(target)]
@@ -491,11 +521,10 @@ class UpdateDatapath(wiring.Component):
         write_room = Signal(init=1)
         m.d.comb += apply_go.eq(
             self.rows.valid & self.row_context.valid & sums_final &
-            ~wants_accumulate & write_room & adder_free)
+            ~wants_accumulate & write_room & adder_free & apply_spaced)
         apply_row = Signal(LINE_BITS)
         apply_address = Signal(self._line_address_width)
         apply_buffer = Signal(buffer_address)
-        apply_ready = Signal()
         stage_a_buffer = Signal(buffer_address)
         m.d.comb += [
             self.rows.ready.eq(apply_go), self.row_context.ready.eq(apply_go),
@@ -641,6 +670,8 @@ class UpdateDatapath(wiring.Component):
                          (correction_staged if shared_correction else 0)),
             mul_in.tag.eq(mul_in_tag),
         ]
+        for k, recent_mul in enumerate(mul_recent):
+            m.d.sync += recent_mul.eq(mul_recent[k - 1] if k else mul_valid)
         operand_domain = m.d.sync if self._registered_operands else m.d.comb
         operand_domain += [multiplier.i.valid.eq(mul_valid), multiplier.i.payload.eq(mul_in)]
         with m.If(apply_ready):

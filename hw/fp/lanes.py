@@ -1,14 +1,16 @@
 """Several binary32 units side by side, sharing one valid and one pipeline."""
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+
+from hw.fanout import REPLICA_ATTRIBUTE
 
 from .add import FPAdd
 from .common import check_dsp, check_stages, delay
 from .mul import FPMul
 
-__all__ = ["FPLanes", "fp_lanes_signature"]
+__all__ = ["FPLanes", "check_fold", "fp_lanes_signature"]
 
 _UNITS = {"add": FPAdd, "mul": FPMul}
 
@@ -33,12 +35,32 @@ def fp_lanes_signature(*, op, lanes, tag_width=0):
     })
 
 
+def check_fold(fold, *, lanes):
+    """Validate a ``fold`` argument of :class:`FPLanes`, or of a client that builds or shares
+    such lanes, for ``lanes`` lanes, and return it."""
+    if not isinstance(fold, int) or isinstance(fold, bool):
+        raise TypeError(f"Lane fold must be an integer, not {fold!r}")
+    if fold < 1 or lanes % fold:
+        raise ValueError(f"Lane fold must be a positive divisor of the lane count {lanes}, "
+                         f"not {fold!r}")
+    return fold
+
+
 class FPLanes(wiring.Component):
     """``lanes`` independent :class:`FPAdd` or :class:`FPMul` units behind one stream.
 
     Lane ``k`` computes ``a[k] op b[k]``; for ``op="add"`` a single ``sub`` bit selects
     subtraction for every lane. Sixteen lanes of binary32 are one 64-byte line. The lanes share
     ``valid`` (and the optional tag), so the latency is that of one unit.
+
+    With ``fold`` > 1 the lanes are *folded*: ``lanes / fold`` units compute them, a part of
+    ``lanes / fold`` lanes a cycle, so a line takes ``fold`` cycles and the whole line comes
+    out ``fold - 1`` cycles later than from unfolded lanes (:attr:`latency`). Every operand is
+    still taken in the cycle of ``i.valid``; the later parts wait in registers loaded every
+    cycle, and the earlier results likewise, so no enable spans the line. The price is the
+    rate: ``i.valid`` may be high at most once in any :attr:`issue_interval` cycles (a client
+    that issues more often gets wrong results). An FPGA build uses this to halve the lanes'
+    area, and with it the routing around every other line-wide datapath.
 
     Parameters
     ----------
@@ -56,6 +78,9 @@ class FPLanes(wiring.Component):
         For ``op="mul"``: how each :class:`FPMul` builds its partial products (see there);
         ``None``, the default, decides by the platform. The adder has no multipliers, so
         ``op="add"`` takes only ``None``.
+    fold : int
+        Cycles a line of ``lanes`` takes through ``lanes / fold`` units (see above); 1, the
+        default, gives every lane a unit. It must divide ``lanes``.
 
     Members
     -------
@@ -69,14 +94,15 @@ class FPLanes(wiring.Component):
     Raises
     ------
     TypeError
-        If ``lanes``, ``stages`` or ``tag_width`` is not an integer, or ``dsp`` is not
-        ``None`` or a string.
+        If ``lanes``, ``stages``, ``tag_width`` or ``fold`` is not an integer, or ``dsp`` is
+        not ``None`` or a string.
     ValueError
-        If ``op`` is unknown, ``lanes``, ``stages`` or ``tag_width`` is out of range, or
-        ``dsp`` is not a mapping of :class:`FPMul` (or not ``None`` for ``op="add"``).
+        If ``op`` is unknown, ``lanes``, ``stages``, ``tag_width`` or ``fold`` is out of range
+        (``fold`` must divide ``lanes``), or ``dsp`` is not a mapping of :class:`FPMul` (or not
+        ``None`` for ``op="add"``).
     """
 
-    def __init__(self, *, op, lanes=16, stages=None, tag_width=0, dsp=None):
+    def __init__(self, *, op, lanes=16, stages=None, tag_width=0, dsp=None, fold=1):
         if op not in _UNITS:
             raise ValueError(f"Operation must be 'add' or 'mul', not {op!r}")
         if not isinstance(lanes, int) or isinstance(lanes, bool):
@@ -87,6 +113,7 @@ class FPLanes(wiring.Component):
             raise TypeError(f"Tag width must be an integer, not {tag_width!r}")
         if tag_width < 0:
             raise ValueError(f"Tag width must be at least 0, not {tag_width!r}")
+        check_fold(fold, lanes=lanes)
         check_dsp(dsp)
         if op != "mul" and dsp is not None:
             raise ValueError(f"DSP mapping applies only to op='mul', not {op!r}")
@@ -95,6 +122,7 @@ class FPLanes(wiring.Component):
         self._dsp = dsp
         self._lanes = lanes
         self._tag_width = tag_width
+        self._fold = fold
         self._stages = check_stages(stages, default=unit.DEFAULT_STAGES,
                                     maximum=len(unit.CUTS) - 1)
 
@@ -119,29 +147,63 @@ class FPLanes(wiring.Component):
         return self._dsp
 
     @property
+    def fold(self):
+        """Cycles a line takes through the units (1: a unit per lane)."""
+        return self._fold
+
+    @property
+    def issue_interval(self):
+        """The fewest cycles from one ``i.valid`` to the next: :attr:`fold`."""
+        return self._fold
+
+    @property
+    def units(self):
+        """The units built: ``lanes / fold``."""
+        return self._lanes // self._fold
+
+    @property
     def latency(self):
-        """Cycles from ``i.valid`` to the matching ``o.valid``; equal to the register stages."""
-        return self._stages
+        """Cycles from ``i.valid`` to the matching ``o.valid``: the register stages, plus
+        ``fold - 1``."""
+        return self._stages + self._fold - 1
 
     def elaborate(self, platform):
         m = Module()
         results = self.o.payload.result if self._tag_width else self.o.payload
-        units = []
-        for index in range(self._lanes):
+        fold, width = self._fold, self.units
+        operands = self.i.payload
+        # Part p (lanes p * width ...) enters the units p cycles after i.valid, from operands
+        # delayed by p cycles; each unit picks its part with its own copies of the delayed
+        # valid, so no one register steers every unit's operands.
+        parts = [operands] + [delay(m, operands, p, name=f"part_{p}", reset_less=True)
+                              for p in range(1, fold)]
+        for index in range(width):
             options = {"dsp": self._dsp} if self._op == "mul" else {}
             unit = m.submodules[f"lane_{index}"] = _UNITS[self._op](stages=self._stages,
                                                                    **options)
-            units.append(unit)
-            m.d.comb += [
-                unit.i.valid.eq(self.i.valid),
-                unit.i.payload.a.eq(self.i.payload.a[index]),
-                unit.i.payload.b.eq(self.i.payload.b[index]),
-                results[index].eq(unit.o.payload),
-            ]
-            if self._op == "add":
-                m.d.comb += unit.i.payload.sub.eq(self.i.payload.sub)
-        # Every lane's valid chain is identical; synthesis drops all but the one used here.
-        m.d.comb += self.o.valid.eq(units[0].o.valid)
+            a, b = operands.a[index], operands.b[index]
+            sub = operands.sub if self._op == "add" else None
+            turn = self.i.valid
+            for p in range(1, fold):
+                later_turn = Signal(name=f"part_{p}_turn_{index}", attrs={REPLICA_ATTRIBUTE: 1})
+                m.d.sync += later_turn.eq(turn)
+                turn = later_turn
+                lane = p * width + index
+                a = Mux(turn, parts[p].a[lane], a)
+                b = Mux(turn, parts[p].b[lane], b)
+                if sub is not None:
+                    sub = Mux(turn, parts[p].sub, sub)
+            # (A unit's valid only times its own o.valid, which is not used.)
+            m.d.comb += [unit.i.valid.eq(self.i.valid), unit.i.payload.a.eq(a),
+                         unit.i.payload.b.eq(b)]
+            if sub is not None:
+                m.d.comb += unit.i.payload.sub.eq(sub)
+            # Part p's result leaves the unit fold - 1 - p cycles before the line does.
+            for p in range(fold):
+                m.d.comb += results[p * width + index].eq(
+                    delay(m, unit.o.payload, fold - 1 - p, name=f"result_{p}_{index}",
+                          reset_less=True))
+        m.d.comb += self.o.valid.eq(delay(m, self.i.valid, self.latency, name="valid"))
         if self._tag_width:
             m.d.comb += self.o.payload.tag.eq(
                 delay(m, self.i.payload.tag, self.latency, name="tag", reset_less=True))

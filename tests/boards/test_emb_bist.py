@@ -76,6 +76,13 @@ def test_engine_bist_passes():
     assert leds["pass"] == 1 and leds["fail"] == 0
 
 
+def test_engine_bist_passes_on_folded_lanes():
+    """Both engines on one multiplier and one adder of 8 units each, a line over two
+    cycles (``lane_fold=2``): the same results."""
+    line, _ = run_bist(emb_checks(timeout_cycles=TIMEOUT, lane_fold=2), max_cycles=12_000)
+    assert line == REPORT_FORMAT.format(verdict="PASS", compared=COMPARED, errors=0)
+
+
 def test_engine_bist_fails_on_one_wrong_bit():
     lookup, update = emb_checks(timeout_cycles=TIMEOUT)
     # One bit of one updated table row (the LSB of a float: one ulp).

@@ -128,11 +128,13 @@ FPGA_PIPELINING = dict(bag_slots=2, mul_stages=2, add_stages=2, fpga_pipelining=
 
 @pytest.mark.parametrize(("mean_reciprocal", "changes"), [
     ("pipelined", {}), ("sequential", {}), ("pipelined", FPGA_PIPELINING),
-    ("sequential", FPGA_PIPELINING)],
-    ids=["pipelined", "sequential", "fpga-pipelining", "sequential-fpga-pipelining"])
+    ("sequential", FPGA_PIPELINING), ("pipelined", {**FPGA_PIPELINING, "lane_fold": 2}),
+    ("pipelined", {"lane_fold": 4})],
+    ids=["pipelined", "sequential", "fpga-pipelining", "sequential-fpga-pipelining",
+         "fpga-pipelining-folded-lanes", "lanes-folded-by-4"])
 def test_lookup_end_to_end_in_pysim(mean_reciprocal, changes):
-    """With either MEAN divider (the sequential one holds the bag walk at each MEAN bag), and
-    with the board's FPGA pipelining."""
+    """With either MEAN divider (the sequential one holds the bag walk at each MEAN bag), with
+    the board's FPGA pipelining, and with folded FP lanes (a line every 2 or 4 cycles)."""
     rng = np.random.default_rng(3)
 
     def draw(predicate, **shape):

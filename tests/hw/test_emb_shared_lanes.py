@@ -18,14 +18,16 @@ SMALL = dict(max_tables=2, max_dim=32, num_regions=1, addr_width=16, id_width=4,
              output_buffer_depth=2, bag_slots=4)
 
 
-def lane_units(design):
-    """The FPLanes instances in the elaborated design, as ``(op, tag width)``."""
+def lane_units(design, *, fold=False):
+    """The FPLanes instances in the elaborated design, as ``(op, tag width)`` (with ``fold``,
+    ``(op, tag width, fold)``)."""
     found = []
 
     def walk(fragment):
         for origin in fragment.origins or ():
             if isinstance(origin, FPLanes):
-                found.append((origin.op, origin.tag_width))
+                found.append((origin.op, origin.tag_width) +
+                             ((origin.fold,) if fold else ()))
         for subfragment, _, _ in fragment.subfragments:
             walk(subfragment)
 
@@ -49,6 +51,32 @@ def test_shared_engine_builds_one_multiplier_and_one_adder():
         max_unique_rows=4, outstanding_reads=4).lanes_tag_widths
     # The update engine's tags ride along; the lookup engine's operands leave them 0.
     assert lane_units(engine) == [("add", add_tag), ("mul", mul_tag)]
+
+
+def test_folded_lanes_are_shared_folded():
+    engine = EmbeddingEngine(**SMALL, max_unique_rows=4, update_outstanding_reads=4,
+                             relaxed_lookup=False, lane_fold=2)
+    assert [(op, fold) for op, _, fold in lane_units(engine, fold=True)] == [("add", 2),
+                                                                              ("mul", 2)]
+    alone = EmbeddingEngine(**SMALL, max_unique_rows=4, update_outstanding_reads=4,
+                            relaxed_lookup=False, lane_fold=4, shared_lanes=False)
+    assert {fold for _, _, fold in lane_units(alone, fold=True)} == {4}
+
+
+@pytest.mark.parametrize(("make", "error", "message"), [
+    (lambda: EmbeddingEngine(**SMALL, lane_fold=2), ValueError,
+     "Folded lanes take no correction: lane_fold must be 1 with relaxed_lookup, not 2"),
+    (lambda: EmbeddingEngine(**SMALL, relaxed_lookup=False, lane_fold=3), ValueError,
+     "Lane fold must be a positive divisor of the lane count 16, not 3"),
+    (lambda: LookupEngine(**SMALL, lane_fold=0), ValueError,
+     "Lane fold must be a positive divisor of the lane count 16, not 0"),
+    (lambda: UpdateEngine(relaxed_lookup=False, lane_fold=2.0), TypeError,
+     "Lane fold must be an integer, not 2.0"),
+])
+def test_lane_fold_is_validated(make, error, message):
+    with pytest.raises(error) as info:
+        make()
+    assert str(info.value) == message
 
 
 def test_separate_lanes_build_a_set_per_engine():

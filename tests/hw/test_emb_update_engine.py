@@ -175,6 +175,14 @@ CORNERS = {
         max_tables=2, max_dim=32, num_regions=3, addr_width=24, id_width=1,
         max_unique_rows=2, mul_stages=2, add_stages=2, outstanding_reads=4,
         fpga_pipelining=True),
+    "capacity 2, FPGA pipelining, lanes folded by 2 (the board's)": dict(
+        max_tables=2, max_dim=32, num_regions=3, addr_width=24, id_width=1,
+        max_unique_rows=2, mul_stages=2, add_stages=2, outstanding_reads=4,
+        relaxed_lookup=False, fpga_pipelining=True, lane_fold=2),
+    "capacity 3, lanes folded by 4": dict(
+        max_tables=2, max_dim=32, num_regions=3, addr_width=24, id_width=1,
+        max_unique_rows=3, mul_stages=1, add_stages=0, outstanding_reads=4,
+        relaxed_lookup=False, lane_fold=4),
 }
 
 

@@ -139,6 +139,8 @@ def test_default_latency_and_cuts():
     assert FPMul().latency == FPMul.DEFAULT_STAGES == 7
     assert FPLanes(op="add").latency == FPAdd.DEFAULT_STAGES
     assert FPLanes(op="mul", stages=3).latency == 3
+    assert FPLanes(op="mul", stages=3, fold=2).latency == 4
+    assert FPLanes(op="add", lanes=8, stages=2, fold=4).latency == 5
     for unit in (FPAdd, FPMul):
         for depth, cuts in enumerate(unit.CUTS):
             assert len(cuts) == depth
@@ -172,6 +174,14 @@ def test_default_latency_and_cuts():
      "Tag width must be an integer, not '8'"),
     (lambda: FPLanes(op="add", tag_width=-1), ValueError,
      "Tag width must be at least 0, not -1"),
+    (lambda: FPLanes(op="add", fold=2.0), TypeError,
+     "Lane fold must be an integer, not 2.0"),
+    (lambda: FPLanes(op="add", fold=True), TypeError,
+     "Lane fold must be an integer, not True"),
+    (lambda: FPLanes(op="add", fold=0), ValueError,
+     "Lane fold must be a positive divisor of the lane count 16, not 0"),
+    (lambda: FPLanes(op="mul", lanes=6, fold=4), ValueError,
+     "Lane fold must be a positive divisor of the lane count 6, not 4"),
     (lambda: FPMul(dsp="xilinx"), ValueError,
      "DSP mapping must be None, 'ecp5' or 'generic', not 'xilinx'"),
     (lambda: FPMul(dsp="ECP5"), ValueError,
@@ -380,13 +390,18 @@ def test_every_depth(op, stages):
 # --- lanes -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("op", "lanes", "stages", "tag_width"), [
-    ("add", 3, None, 5),
-    ("mul", 2, None, 0),
-    ("add", 16, 2, 0),
+@pytest.mark.parametrize(("op", "lanes", "stages", "tag_width", "fold"), [
+    ("add", 3, None, 5, 1),
+    ("mul", 2, None, 0, 1),
+    ("add", 16, 2, 0, 1),
+    ("add", 16, 2, 3, 2),
+    ("mul", 16, 5, 0, 2),
+    ("mul", 6, 0, 2, 3),
+    ("add", 4, 1, 0, 4),
 ])
-def test_lanes(op, lanes, stages, tag_width):
-    dut = FPLanes(op=op, lanes=lanes, stages=stages, tag_width=tag_width)
+def test_lanes(op, lanes, stages, tag_width, fold):
+    dut = FPLanes(op=op, lanes=lanes, stages=stages, tag_width=tag_width, fold=fold)
+    assert dut.units == lanes // fold and dut.issue_interval == fold
     count = 40
     a, b, _ = random_pairs(count * lanes, seed=lanes, op="mul" if op == "mul" else "add")
     a, b = a.reshape(count, lanes), b.reshape(count, lanes)
@@ -406,7 +421,14 @@ def test_lanes(op, lanes, stages, tag_width):
         if tag_width:
             fields["tag"] = int(tags[row])
         payloads.append(in_layout.const(fields).as_bits())
-    input_cycles, output_cycles, results = stream_through(dut, payloads)
+    # Folded lanes take a line at most every `fold` cycles: seeded gaps of at least
+    # fold - 1 cycles, whose operands are garbage that must not reach a result.
+    gaps = np.random.default_rng(fold).integers(fold - 1, fold + 2, size=count)
+    valid = []
+    for gap in gaps:
+        valid += [1] + [0] * int(gap)
+    payloads = _interleave_bubbles(payloads, valid)
+    input_cycles, output_cycles, results = stream_through(dut, payloads, valid)
     assert output_cycles == [cycle + dut.latency for cycle in input_cycles]
     out_layout = dut.o.payload.shape()
     got = np.zeros((count, lanes), dtype=np.uint32)
