@@ -6,6 +6,7 @@ Usage::
     python -m boards.synth --board ulx3s-85f --clock-mhz 80   # another PLL frequency
     python -m boards.synth --board ulx3s-85f --synth-only     # Yosys alone: utilisation
     python -m boards.synth --board ulx3s-85f --engine update  # one engine's self-test
+    python -m boards.synth --board ulx3s-85f --lane-fold 2    # half the FP units, half rate
     python -m boards.synth --board ulx3s-85f --nextpnr-extra "--router2-heatmap heat/"
     python -m boards.synth --board ecpix5-85 --design fp --lanes 4 --vectors 32
     python -m boards.synth --board alveo-u200 --no-build      # Vivado project and script
@@ -28,7 +29,9 @@ UART at 115200 baud.
     in for PMEM, running LOOKUP, UPDATE and LOOKUP against ``sw_model`` results; by default at
     25 MHz (``--clock-mhz``; a PLL makes other frequencies). ``--engine lookup`` or ``--engine
     update`` holds one of its two engines alone, with that engine's check: a smaller design
-    (each engine on its own routes on an 85F, see the README's block table).
+    (each engine on its own routes on an 85F, see the README's block table). ``--lane-fold 2``
+    (or 4, 8, 16) builds the engines' multiplier and adder with 16/N units each, a line over N
+    cycles: the FP lanes' area divided by N, at 1/N of their rate (``FPLanes(fold=)``).
 ``fp``
     The FP32 lane units against NumPy results (``--lanes``, ``--vectors``), at the board clock
     slowed to the family's limit (``boards.bist.top.CLOCK_LIMITS``).
@@ -159,6 +162,9 @@ def _parse_args(argv):
     parser.add_argument("--engine", default="embedding", choices=EMB_ENGINES,
                         help="what the emb design holds: the embedding engine, or one of its "
                              "two engines alone (emb)")
+    parser.add_argument("--lane-fold", type=int, default=1, choices=(1, 2, 4, 8, 16),
+                        help="cycles a line takes through the engines' multiplier and adder, "
+                             "each of 16/N units (emb; default 1: a unit per lane)")
     parser.add_argument("--lanes", type=int, default=16, help="FP lanes per unit (fp)")
     parser.add_argument("--vectors", type=int, default=64, help="vectors per check (fp)")
     parser.add_argument("--seed", type=int, default=0, help="operand or workload seed")
@@ -210,8 +216,14 @@ def main(argv=None):
     nextpnr_extra = attempts[0]
     if nextpnr_extra:
         facts["nextpnr_extra"] = nextpnr_extra
-    if args.design == "emb" and board.name in EMB_BOARD_ENGINE_PARAMS:
-        options["engine_params"] = facts["engine_params"] = EMB_BOARD_ENGINE_PARAMS[board.name]
+    if args.lane_fold != 1 and args.design != "emb":
+        print("error: --lane-fold is an option of the emb design", file=sys.stderr)
+        return 2
+    if args.design == "emb" and (board.name in EMB_BOARD_ENGINE_PARAMS or args.lane_fold != 1):
+        engine_params = dict(EMB_BOARD_ENGINE_PARAMS.get(board.name, {}))
+        if args.lane_fold != 1:
+            engine_params["lane_fold"] = args.lane_fold
+        options["engine_params"] = facts["engine_params"] = engine_params
     top = DESIGNS[args.design](**options)
     platform = board.make_platform()
 

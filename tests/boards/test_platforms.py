@@ -242,3 +242,24 @@ def test_emb_engine_parameters_follow_the_board(tmp_path):
             == {"add_stages": 2, "mul_stages": 2, "fpga_pipelining": False})
     assert "\\accumulated" in (ulx3s / "top.il").read_text()
     assert "\\accumulated" not in (ecpix5 / "top.il").read_text()
+
+
+def test_lane_fold_option_folds_the_engines_lanes(tmp_path, capsys):
+    argv = ["--board", "ulx3s-85f", "--no-build", "--out", str(tmp_path), "--lane-fold", "2"]
+    assert synth.main(argv) == 0
+    board_dir = tmp_path / "ulx3s-85f"
+    assert json.loads((board_dir / "summary.json").read_text())["engine_params"] == {
+        "lane_fold": 2}
+    # Eight multiplier units and eight adder units, shared by both engines.
+    modules = {line.split()[1] for line in (board_dir / "top.il").read_text().splitlines()
+               if line.startswith("module ")}
+    for op in ("mul", "add"):
+        units = {name.split(f"shared_{op}.")[1].split(".")[0] for name in modules
+                 if f"engine.shared_{op}.lane_" in name}
+        assert units == {f"lane_{k}" for k in range(8)}
+    assert synth.main(["--board", "ulx3s-85f", "--design", "fp", "--no-build", "--out",
+                       str(tmp_path), "--lane-fold", "2"]) == 2
+    assert "--lane-fold is an option of the emb design" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        synth.main(["--board", "ulx3s-85f", "--lane-fold", "3"])
+    assert "invalid choice: 3" in capsys.readouterr().err
