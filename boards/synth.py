@@ -7,6 +7,7 @@ Usage::
     python -m boards.synth --board ulx3s-85f --synth-only     # Yosys alone: utilisation
     python -m boards.synth --board ulx3s-85f --engine update  # one engine's self-test
     python -m boards.synth --board ulx3s-85f --lane-fold 2    # half the FP units, half rate
+    python -m boards.synth --board ulx3s-85f --control-only   # the control's timing alone
     python -m boards.synth --board ulx3s-85f --nextpnr-extra "--router2-heatmap heat/"
     python -m boards.synth --board ecpix5-85 --design fp --lanes 4 --vectors 32
     python -m boards.synth --board alveo-u200 --no-build      # Vivado project and script
@@ -32,6 +33,8 @@ UART at 115200 baud.
     (each engine on its own routes on an 85F, see the README's block table). ``--lane-fold 2``
     (or 4, 8, 16) builds the engines' multiplier and adder with 16/N units each, a line over N
     cycles: the FP lanes' area divided by N, at 1/N of their rate (``FPLanes(fold=)``).
+    ``--control-only`` times the engines' control alone: every FP lane a register chain of the
+    same latency (:mod:`boards.control_only`; the bitstream's self-test fails).
 ``fp``
     The FP32 lane units against NumPy results (``--lanes``, ``--vectors``), at the board clock
     slowed to the family's limit (``boards.bist.top.CLOCK_LIMITS``).
@@ -53,6 +56,7 @@ from .build import (
     run_ecp5_synthesis,
     write_summary,
 )
+from .control_only import control_only
 from .platforms import BOARDS, get_board
 from .router_watch import RoutingDiverged
 from .tables import utilization_cell
@@ -165,6 +169,9 @@ def _parse_args(argv):
     parser.add_argument("--lane-fold", type=int, default=1, choices=(1, 2, 4, 8, 16),
                         help="cycles a line takes through the engines' multiplier and adder, "
                              "each of 16/N units (emb; default 1: a unit per lane)")
+    parser.add_argument("--control-only", action="store_true",
+                        help="every FP lane a register chain of the same latency: the "
+                             "engines' control timed alone; the self-test fails (emb)")
     parser.add_argument("--lanes", type=int, default=16, help="FP lanes per unit (fp)")
     parser.add_argument("--vectors", type=int, default=64, help="vectors per check (fp)")
     parser.add_argument("--seed", type=int, default=0, help="operand or workload seed")
@@ -192,6 +199,16 @@ def _print_summary(summary):
 
 def main(argv=None):
     args = _parse_args(argv)
+    if not args.control_only:
+        return _build(args)
+    if args.design != "emb":
+        print("error: --control-only is an option of the emb design", file=sys.stderr)
+        return 2
+    with control_only():
+        return _build(args)
+
+
+def _build(args):
     board = get_board(args.board)
     out_dir = args.out / board.name
     options = {name: getattr(args, name) for name in _DESIGN_OPTIONS[args.design]}
@@ -216,6 +233,10 @@ def main(argv=None):
     nextpnr_extra = attempts[0]
     if nextpnr_extra:
         facts["nextpnr_extra"] = nextpnr_extra
+    if args.control_only:
+        facts["control_only"] = True
+        print("control only: every FP lane is a register chain; the bitstream is for timing, "
+              "its self-test fails", file=sys.stderr, flush=True)
     if args.lane_fold != 1 and args.design != "emb":
         print("error: --lane-fold is an option of the emb design", file=sys.stderr)
         return 2

@@ -263,3 +263,41 @@ def test_lane_fold_option_folds_the_engines_lanes(tmp_path, capsys):
     with pytest.raises(SystemExit):
         synth.main(["--board", "ulx3s-85f", "--lane-fold", "3"])
     assert "invalid choice: 3" in capsys.readouterr().err
+
+
+def test_control_only_builds_the_lanes_as_register_chains(tmp_path, capsys):
+    """--control-only: no FP unit is elaborated, the summary says so, and FPLanes is itself
+    again afterwards (even after a failed build)."""
+    from hw.fp import FPLanes
+
+    original = FPLanes.elaborate
+    argv = ["--board", "ulx3s-85f", "--no-build", "--out", str(tmp_path), "--control-only"]
+    assert synth.main(argv) == 0
+    assert FPLanes.elaborate is original
+    board_dir = tmp_path / "ulx3s-85f"
+    assert json.loads((board_dir / "summary.json").read_text())["control_only"] is True
+    assert "the bitstream is for timing" in capsys.readouterr().err
+    modules = {line.split()[1] for line in (board_dir / "top.il").read_text().splitlines()
+               if line.startswith("module ")}
+    assert "\\top.bist.self_test.dut_0.engine.shared_mul" in modules
+    assert not any(".shared_mul.lane_" in name or ".shared_add.lane_" in name
+                   for name in modules)
+    # Without the option, the same design has its 16 + 16 units.
+    assert synth.main(argv[:-1]) == 0
+    modules = {line.split()[1] for line in (board_dir / "top.il").read_text().splitlines()
+               if line.startswith("module ")}
+    assert "\\top.bist.self_test.dut_0.engine.shared_mul.lane_15" in modules
+    assert synth.main(["--board", "ulx3s-85f", "--design", "fp", "--no-build", "--out",
+                       str(tmp_path), "--control-only"]) == 2
+    assert "--control-only is an option of the emb design" in capsys.readouterr().err
+
+
+def test_control_only_restores_the_lanes_after_an_error():
+    from boards.control_only import control_only
+    from hw.fp import FPLanes
+
+    original = FPLanes.elaborate
+    with pytest.raises(RuntimeError), control_only():
+        assert FPLanes.elaborate is not original
+        raise RuntimeError("build failed")
+    assert FPLanes.elaborate is original
