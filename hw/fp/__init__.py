@@ -2,9 +2,10 @@
 
 :class:`FPAdd` (``a + b`` or ``a - b``) and :class:`FPMul` are single units; :class:`FPLanes`
 puts several side by side behind one stream (16 lanes of binary32 fill a 64-byte line). All
-are valid-only pipelines that accept one operation per cycle and expose their depth as
-``latency``; ``stages`` (keyword-only) trades depth for clock speed, and each unit's ``CUTS``
-table documents which datapath boundaries are registered at every depth. The multiplier's
+are valid-only pipelines that accept one operation per cycle (folded lanes, one per ``fold``
+cycles) and expose their depth as ``latency``; ``stages`` (keyword-only) trades depth for
+clock speed, and each unit's ``CUTS`` table documents which datapath boundaries are
+registered at every depth. The multiplier's
 ``dsp`` (keyword-only) picks how its partial products are built: ECP5 ``MULT18X18D`` cells with
 their own registers, or Amaranth's ``*``; by default the platform decides (``*`` without one).
 

@@ -59,8 +59,9 @@ class FPLanes(wiring.Component):
     still taken in the cycle of ``i.valid``; the later parts wait in registers loaded every
     cycle, and the earlier results likewise, so no enable spans the line. The price is the
     rate: ``i.valid`` may be high at most once in any :attr:`issue_interval` cycles (a client
-    that issues more often gets wrong results). An FPGA build uses this to halve the lanes'
-    area, and with it the routing around every other line-wide datapath.
+    that issues more often gets wrong results). An FPGA build uses this to save area: folded
+    by 2, the ``emb`` board design has 9,500 LUT4 and 32 DSPs fewer (``boards.synth
+    --lane-fold 2``).
 
     Parameters
     ----------
