@@ -41,7 +41,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from hw.fp import FPAdd, FPMul, fp_lanes_signature
-from hw.fp.lanes import check_fold
+from hw.fp.lanes import check_fold, folded_latency
 from hw.mem.axi import AXI4Signature
 from hw.mem.line_stream import LinePrefetch, LineStream
 from hw.mem.line_writer import LineWriter
@@ -274,7 +274,7 @@ class LookupEngine(wiring.Component):
         """Cycles from a line leaving the reorder buffer to its pooled result."""
         mul = FPMul.DEFAULT_STAGES if self._mul_stages is None else self._mul_stages
         add = FPAdd.DEFAULT_STAGES if self._add_stages is None else self._add_stages
-        return 1 + mul + add + 2 * (self._lane_fold - 1)
+        return 1 + folded_latency(mul, self._lane_fold) + folded_latency(add, self._lane_fold)
 
     @property
     def lane_fold(self):

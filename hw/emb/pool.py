@@ -35,7 +35,7 @@ from amaranth.lib.wiring import In, Out
 from hw.fanout import lane_copies
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
-from hw.fp.lanes import check_fold
+from hw.fp.lanes import check_fold, folded_latency
 
 from .gather import OpKind
 
@@ -85,9 +85,8 @@ class Pooler(wiring.Component):
         if self._mul_stages < 1:
             raise ValueError("The pooling multiplier needs at least one pipeline stage")
         self._fold = check_fold(lane_fold, lanes=LANES)
-        # Folded lanes are units whose latency is fold - 1 cycles longer.
-        self._mul_latency = self._mul_stages + self._fold - 1
-        self._add_latency = self._add_stages + self._fold - 1
+        self._mul_latency = folded_latency(self._mul_stages, self._fold)
+        self._add_latency = folded_latency(self._add_stages, self._fold)
         self._shared_lanes = bool(shared_lanes)
         # (Validated by LookupEngine.check_parameters, as the stages are.)
         self._registered_read = bool(registered_accumulator_read)

@@ -55,7 +55,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.fp import FPAdd, FPMul, fp_lanes_signature
-from hw.fp.lanes import check_fold
+from hw.fp.lanes import check_fold, folded_latency
 from hw.mem.axi import AXI4Signature
 from hw.skid import SkidBuffer
 
@@ -404,12 +404,12 @@ class UpdateEngine(wiring.Component):
     @property
     def mul_latency(self):
         """The multiplier lanes' latency: their stages, plus ``lane_fold - 1``."""
-        return self._mul_stages + self._lane_fold - 1
+        return folded_latency(self._mul_stages, self._lane_fold)
 
     @property
     def add_latency(self):
         """The adder lanes' latency: their stages, plus ``lane_fold - 1``."""
-        return self._add_stages + self._lane_fold - 1
+        return folded_latency(self._add_stages, self._lane_fold)
 
     @property
     def lane_fold(self):

@@ -38,7 +38,7 @@ from amaranth.lib.wiring import In, Out
 from hw.fanout import lane_copies
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
-from hw.fp.lanes import check_fold
+from hw.fp.lanes import check_fold, folded_latency
 from hw.mem.sliced_fifo import SlicedFIFO
 
 from .update_fetch import row_context_layout
@@ -339,12 +339,12 @@ class UpdateDatapath(wiring.Component):
     def mul_latency(self):
         """Cycles from choosing the multiplier's operands to its product: the multiplier's
         stages, plus the operand register with ``registered_operands``."""
-        return self._mul_stages + self._registered_operands + self._fold - 1
+        return folded_latency(self._mul_stages, self._fold) + self._registered_operands
 
     @property
     def add_latency(self):
         """Cycles from the adder's operands to its sum (its stages, plus ``lane_fold - 1``)."""
-        return self._add_stages + self._fold - 1
+        return folded_latency(self._add_stages, self._fold)
 
     @property
     def lane_fold(self):
@@ -474,12 +474,10 @@ class UpdateDatapath(wiring.Component):
         # apply's line the cycle after).
         mul_recent = [Signal(name=f"mul_recent_{k}") for k in range(self._fold - 1)]
         apply_ready = Signal()
-        accumulate_spaced = ~Cat(*mul_recent).any() if mul_recent else Const(1)
-        apply_spaced = Const(1)
+        accumulate_spaced = apply_spaced = Const(1)
         if mul_recent:
-            apply_spaced = ~apply_ready
-            if mul_recent[:-1]:
-                apply_spaced = apply_spaced & ~Cat(*mul_recent[:-1]).any()
+            accumulate_spaced = ~Cat(*mul_recent).any()
+            apply_spaced = ~Cat(apply_ready, *mul_recent[:-1]).any()
         m.d.comb += accumulate_go.eq(wants_accumulate & ~busy_line & (applying == 0) &
                                      ~deltas_busy & accumulate_spaced)
         for newer, older in zip([None, *recent], recent, strict=False):

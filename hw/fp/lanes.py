@@ -10,7 +10,7 @@ from .add import FPAdd
 from .common import check_dsp, check_stages, delay
 from .mul import FPMul
 
-__all__ = ["FPLanes", "check_fold", "fp_lanes_signature"]
+__all__ = ["FPLanes", "check_fold", "folded_latency", "fp_lanes_signature"]
 
 _UNITS = {"add": FPAdd, "mul": FPMul}
 
@@ -44,6 +44,12 @@ def check_fold(fold, *, lanes):
         raise ValueError(f"Lane fold must be a positive divisor of the lane count {lanes}, "
                          f"not {fold!r}")
     return fold
+
+
+def folded_latency(stages, fold):
+    """:attr:`FPLanes.latency` of lanes with units of ``stages`` folded by ``fold``: the later
+    parts enter the units ``fold - 1`` cycles after the first."""
+    return stages + fold - 1
 
 
 class FPLanes(wiring.Component):
@@ -166,7 +172,7 @@ class FPLanes(wiring.Component):
     def latency(self):
         """Cycles from ``i.valid`` to the matching ``o.valid``: the register stages, plus
         ``fold - 1``."""
-        return self._stages + self._fold - 1
+        return folded_latency(self._stages, self._fold)
 
     def elaborate(self, platform):
         m = Module()

@@ -15,6 +15,12 @@ HAVE_FP = importlib.util.find_spec("hw.fp") is not None
 pytestmark = pytest.mark.skipif(not HAVE_FP, reason="hw.fp is not available")
 
 
+def rtlil_modules(board_dir):
+    """The module names in a board plan's ``top.il``."""
+    return {line.split()[1] for line in (board_dir / "top.il").read_text().splitlines()
+            if line.startswith("module ")}
+
+
 def small_bist():
     return synth.make_bist_top(lanes=1, vectors=4)
 
@@ -142,8 +148,7 @@ def test_emb_engine_option_names_the_dut_engines(tmp_path, capsys):
             in (board_dir / "build_top.sh").read_text())
     assert summary["nextpnr_extra"] == ["--seed", "1"]
     # The lookup engine is the device's engine itself, and its check the only one.
-    modules = {line.split()[1] for line in (board_dir / "top.il").read_text().splitlines()
-               if line.startswith("module ")}
+    modules = rtlil_modules(board_dir)
     assert "\\top.bist.self_test.dut_0.engine.pooler" in modules
     assert not any(".check_1" in name or "engine.update" in name for name in modules)
     with pytest.raises(SystemExit):
@@ -251,8 +256,7 @@ def test_lane_fold_option_folds_the_engines_lanes(tmp_path, capsys):
     assert json.loads((board_dir / "summary.json").read_text())["engine_params"] == {
         "lane_fold": 2}
     # Eight multiplier units and eight adder units, shared by both engines.
-    modules = {line.split()[1] for line in (board_dir / "top.il").read_text().splitlines()
-               if line.startswith("module ")}
+    modules = rtlil_modules(board_dir)
     for op in ("mul", "add"):
         units = {name.split(f"shared_{op}.")[1].split(".")[0] for name in modules
                  if f"engine.shared_{op}.lane_" in name}
@@ -277,15 +281,13 @@ def test_control_only_builds_the_lanes_as_register_chains(tmp_path, capsys):
     board_dir = tmp_path / "ulx3s-85f"
     assert json.loads((board_dir / "summary.json").read_text())["control_only"] is True
     assert "the bitstream is for timing" in capsys.readouterr().err
-    modules = {line.split()[1] for line in (board_dir / "top.il").read_text().splitlines()
-               if line.startswith("module ")}
+    modules = rtlil_modules(board_dir)
     assert "\\top.bist.self_test.dut_0.engine.shared_mul" in modules
     assert not any(".shared_mul.lane_" in name or ".shared_add.lane_" in name
                    for name in modules)
     # Without the option, the same design has its 16 + 16 units.
     assert synth.main(argv[:-1]) == 0
-    modules = {line.split()[1] for line in (board_dir / "top.il").read_text().splitlines()
-               if line.startswith("module ")}
+    modules = rtlil_modules(board_dir)
     assert "\\top.bist.self_test.dut_0.engine.shared_mul.lane_15" in modules
     assert synth.main(["--board", "ulx3s-85f", "--design", "fp", "--no-build", "--out",
                        str(tmp_path), "--control-only"]) == 2
