@@ -306,7 +306,8 @@ class LookupEngine(wiring.Component):
         m.submodules.offsets_validator = offsets_validator = OffsetsValidator(
             max_tables=self._max_tables)
         m.submodules.index_validator = index_validator = IndexValidator(
-            max_tables=self._max_tables, addr_width=aw)
+            max_tables=self._max_tables, addr_width=aw,
+            replicated_rows=self._fpga_pipelining)
         m.submodules.bags = bags = BagSequencer(
             max_tables=self._max_tables, addr_width=aw, mean_reciprocal=self._mean_reciprocal,
             registered_descriptor=self._fpga_pipelining)

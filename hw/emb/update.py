@@ -507,7 +507,8 @@ class UpdateEngine(wiring.Component):
         # The fast index check reads the index lines through the rows' source: rows are
         # read only in a chunk's apply, after the validation.
         index_validator = per_command("index_validator", IndexValidator(
-            max_tables=self._max_tables, addr_width=aw))
+            max_tables=self._max_tables, addr_width=aw,
+            replicated_rows=self._fpga_pipelining))
         index_lines = per_command("index_lines", LineRequester(
             line_address_width=line_address_width))
 

@@ -13,6 +13,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from ..fanout import lane_copies
 from .layouts import ErrorCode, table_layout
 
 __all__ = ["IndexValidator", "OffsetsMode", "OffsetsValidator", "first_set", "lane_mask"]
@@ -326,10 +327,19 @@ class IndexValidator(wiring.Component):
     lines : ``In(stream.Signature(512))``
     checked, lines_done, done, error :
         As for :class:`OffsetsValidator` (``error.bag`` is left 0).
+
+    The current table's row count is a register loaded when the table changes, so the
+    lanes' comparators start from flip-flops. With ``replicated_rows`` each lane compares
+    against its own copy of it (:func:`hw.fanout.lane_copies`): on an FPGA the one register
+    otherwise reaches all 16 lanes' 32-bit comparators over one long net. ``tables`` is read at
+    ``start`` and at each change of table; it must not change while the validator runs.
     """
 
-    def __init__(self, *, max_tables, addr_width):
+    def __init__(self, *, max_tables, addr_width, replicated_rows=False):
+        if not isinstance(replicated_rows, bool):
+            raise TypeError(f"Replicated rows must be True or False, not {replicated_rows!r}")
         self._max_tables = max_tables
+        self._replicated_rows = replicated_rows
         super().__init__({
             "start": In(1),
             "num_indices": In(32),
@@ -357,11 +367,17 @@ class IndexValidator(wiring.Component):
             for t in range(self._max_tables - 1):
                 with m.Case(t):
                     m.d.comb += following_end.eq(self.table_starts[t + 2])
-        rows = Signal(32)
+        following_rows = Signal(32)  # tables[table + 1].rows, the next table's row count
         with m.Switch(table):
-            for t in range(self._max_tables):
+            for t in range(self._max_tables - 1):
                 with m.Case(t):
-                    m.d.comb += rows.eq(self.tables[t].rows)
+                    m.d.comb += following_rows.eq(self.tables[t + 1].rows)
+        rows = Signal(32)       # tables[table].rows
+        rows_next = Signal(32)  # what `rows` holds next cycle
+        m.d.comb += rows_next.eq(rows)
+        m.d.sync += rows.eq(rows_next)
+        rows_per_lane = lane_copies(m, rows_next, rows, copies=LANES, name="rows",
+                                    replicate=self._replicated_rows)
 
         line = self.lines.payload
         values = _lanes(line)
@@ -389,7 +405,7 @@ class IndexValidator(wiring.Component):
         mask = lane_mask(m, low, high, name="mask")
         too_big = Signal(LANES)
         for k in range(LANES):
-            m.d.comb += too_big[k].eq(values[k] >= rows)
+            m.d.comb += too_big[k].eq(values[k] >= rows_per_lane[k])
         bad = Signal(LANES)
         m.d.comb += bad.eq(mask & too_big)
 
@@ -414,7 +430,12 @@ class IndexValidator(wiring.Component):
             return [table_end.eq(end), table_last_line.eq((end - 1)[4:]),
                     table_end_final.eq(end == indices)]
 
+        def next_table():
+            m.d.sync += [table.eq(table + 1), *load_table_end(following_end, num_indices)]
+            m.d.comb += rows_next.eq(following_rows)
+
         with m.If(self.start):
+            m.d.comb += rows_next.eq(self.tables[0].rows)
             m.d.sync += [
                 num_indices.eq(self.num_indices), cursor.eq(0), table.eq(0),
                 *load_table_end(self.table_starts[1], self.num_indices),
@@ -422,13 +443,13 @@ class IndexValidator(wiring.Component):
                 self.error.eq(ERROR_LAYOUT.const({})), self.checked.eq(0), judge.eq(0),
             ]
         with m.Elif(active & table_exhausted):
-            m.d.sync += [table.eq(table + 1), *load_table_end(following_end, num_indices)]
+            next_table()
         with m.Elif(step):
             with m.If(self.lines.ready):
                 m.d.sync += self.lines_done.eq(self.lines_done + 1)
             m.d.sync += cursor.eq(segment_end)
             with m.If(segment_is_table):
-                m.d.sync += [table.eq(table + 1), *load_table_end(following_end, num_indices)]
+                next_table()
                 with m.If(table_end_final):
                     m.d.sync += active.eq(0)
 

@@ -334,7 +334,8 @@ def index_reference(indices, starts, rows):
     return {"code": ErrorCode.NONE, "table": 0, "position": 0}
 
 
-def test_index_validator_names_position_and_table():
+@pytest.mark.parametrize("replicated_rows", [False, True])
+def test_index_validator_names_position_and_table(replicated_rows):
     draw = random.Random(100)
     jobs = []
     for _ in range(30):
@@ -349,7 +350,7 @@ def test_index_validator_names_position_and_table():
             table = max(t for t in range(tables) if starts[t] <= spot)
             indices[spot] = rows[table] + draw.randrange(3)
         jobs.append((indices, starts, rows))
-    dut = IndexValidator(max_tables=4, addr_width=32)
+    dut = IndexValidator(max_tables=4, addr_width=32, replicated_rows=replicated_rows)
     layout = data.ArrayLayout(table_layout(32), 4)
     results = []
 
@@ -386,6 +387,10 @@ def test_index_validator_names_position_and_table():
         else:
             assert highest_checked <= expected["position"], (indices, starts, rows)
 
+
+def test_index_validator_rejects_non_bool_replicated_rows():
+    with pytest.raises(TypeError, match=r"^Replicated rows must be True or False, not 1$"):
+        IndexValidator(max_tables=4, addr_width=32, replicated_rows=1)
 
 # ------------------------------------------------------------------------- checker
 
