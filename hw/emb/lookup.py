@@ -35,7 +35,7 @@ bus at dim 16 (the indices themselves cost 1/16 of the row traffic there) rising
 dim 128, at read latencies of 30 and 100 cycles.
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -508,6 +508,13 @@ class LookupEngine(wiring.Component):
                         & windows["weights"].idle)
         all_quiet = (streams_idle & reorder.empty & pooler.idle & writer.idle
                      & (axi.arvalid == 0))
+        # Pass 2 starts from a register: the streams' 32-bit idle comparisons would otherwise
+        # sit in front of every start input (the validators', windows', bag sequencer's and
+        # issuer's registers). Idle with no read requested stays so until a start, so the
+        # value sampled in Rewind a cycle earlier still holds.
+        streams_quiet = streams_idle & ~Cat(window.ar.valid for window in windows.values()).any()
+        rewind_quiet = Signal()
+        m.d.sync += rewind_quiet.eq(0)
 
         with m.FSM(name="control") as fsm:
             with m.State("Idle"):
@@ -563,7 +570,8 @@ class LookupEngine(wiring.Component):
                         m.next = "Rewind"
             with m.State("Rewind"):
                 # Pass 2: stream everything again, now into the gather.
-                with m.If(streams_idle):
+                m.d.sync += rewind_quiet.eq(streams_quiet)
+                with m.If(rewind_quiet):
                     start_pass(keep_data=1, capture=0)
                     m.d.comb += index_validator.start.eq(1)
                     m.d.sync += keep.eq(1)
