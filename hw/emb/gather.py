@@ -85,7 +85,8 @@ class GatherIssuer(wiring.Component):
     With ``registered_index_address`` the chosen slot's fields are registered in a stage of
     their own (A) that reads the index and weight windows, so the windows' read address (the
     select of a 512-bit line choice) comes from flip-flops, not from the round-robin slot
-    choice. It too costs a cycle of latency and a deeper row queue, not throughput.
+    choice. It too costs a cycle of latency and a deeper row queue, not throughput; and
+    ``freed``, the minimum of the bags' positions, is found over two cycles instead of one.
     """
 
     def __init__(self, *, max_tables, max_dim, addr_width, bag_slots, registered_ready=False,
@@ -417,6 +418,7 @@ class GatherIssuer(wiring.Component):
         candidates.append(frontier)
         if self._registered_index_address:  # stage A reads its line a cycle after the choice
             candidates.append(Mux(a_valid, a_op.position, _ALL_ONES))
+        level = 0
         while len(candidates) > 1:
             paired = []
             for a, b in zip(candidates[::2], candidates[1::2], strict=False):
@@ -424,6 +426,17 @@ class GatherIssuer(wiring.Component):
             if len(candidates) % 2:
                 paired.append(candidates[-1])
             candidates = paired
+            level += 1
+            if self._registered_index_address and level == 1 and len(candidates) > 1:
+                # Three levels of 32-bit comparisons in one cycle were a long path (the
+                # ULX3S design's lookup `freed`): the first level's minima are registered.
+                # The oldest position needed never falls within a command, so a value a
+                # cycle older is still a safe bound; `start` clears the stage.
+                staged = [Signal(32, name=f"oldest_candidate_{k}")
+                          for k in range(len(candidates))]
+                m.d.sync += [register.eq(Mux(self.start, 0, candidate))
+                             for register, candidate in zip(staged, candidates, strict=True)]
+                candidates = staged
         oldest = Signal(32)
         m.d.sync += oldest.eq(Mux(self.start, 0, candidates[0]))
         m.d.comb += [

@@ -239,3 +239,60 @@ def test_issuer_issues_a_line_per_cycle(stages):
                    deadline=2_000, check=False)
     assert len(cycles) == len(indices), "the issuer stopped"
     assert cycles[-1] - cycles[0] == len(indices) - 1, cycles
+
+
+@pytest.mark.parametrize("stages", list(STAGES))
+def test_issuer_frees_only_lines_it_has_read_and_restarts_from_zero(stages):
+    """``freed`` lets the index window overwrite lines: a line below it reads as poison here,
+    so a ``freed`` ahead of the reads shows up as an index error. A second command (all its
+    positions in line 0) must see ``freed`` 0 from its start on, whatever the first left."""
+    draw = random.Random(6)
+    first_bags = [{"table": 0, "bag": number, "start": 3 * number, "length": 3,
+                   "out_line": 0x100 + number, "scale": 0} for number in range(40)]
+    second_bags = [{"table": 0, "bag": number, "start": 2 * number, "length": 2,
+                    "out_line": 0x200 + number, "scale": 0} for number in range(5)]
+    indices = [draw.randrange(TABLES[0]["rows"]) for _ in range(3 * len(first_bags))]
+    dut = GatherIssuer(max_tables=len(TABLES), max_dim=64, addr_width=ADDR_WIDTH, bag_slots=4,
+                       registered_ready=True, **STAGES[stages])
+    descriptor = descriptor_layout(LINE_ADDR_WIDTH)
+    seen = {"restarted": False, "freed_before_restart": 0, "freed_after_restart": [],
+            "errors": []}
+
+    async def run_commands(ctx):
+        ctx.set(dut.table_config,
+                data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES))
+        ctx.set(dut.index_limit, len(indices))
+        ctx.set(dut.weight_limit, len(indices))
+        ctx.set(dut.requests.ready, 1)
+        for number, bags in enumerate([first_bags, second_bags]):
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            seen["restarted"] = number == 1
+            for bag in bags:
+                ctx.set(dut.descriptors.payload, descriptor.const(bag))
+                ctx.set(dut.descriptors.valid, 1)
+                await ctx.tick().until(dut.descriptors.ready | (dut.error.code != ErrorCode.NONE))
+            ctx.set(dut.descriptors.valid, 0)
+            await ctx.tick().until(dut.idle | (dut.error.code != ErrorCode.NONE))
+            seen["errors"].append(ctx.get(dut.error.code))
+            if seen["errors"][-1] != ErrorCode.NONE:
+                return
+            if number == 0:
+                seen["freed_before_restart"] = ctx.get(dut.freed)
+
+    async def serve_windows(ctx):
+        async for _, _, index_addr, freed in ctx.tick().sample(dut.index_addr, dut.freed):
+            line = index_addr if index_addr >= freed else None
+            ctx.set(dut.index_data,
+                    landed_line(indices, line, len(indices), 0) if line is not None
+                    else landed_line([INDEX_POISON] * LANES, 0, LANES, 0))
+            if seen["restarted"]:
+                seen["freed_after_restart"].append(freed)
+
+    pysim.simulate(dut, run_commands, processes=[serve_windows], deadline=5_000, check=False)
+    assert seen["errors"] == [ErrorCode.NONE, ErrorCode.NONE], \
+        f"a line was read after it was freed: {seen['errors']}"
+    assert seen["freed_before_restart"] == len(indices) // LANES
+    assert seen["freed_after_restart"] and set(seen["freed_after_restart"]) == {0}, \
+        seen["freed_after_restart"][:8]
