@@ -382,11 +382,17 @@ class GatherIssuer(wiring.Component):
                     last_row[s].eq(descriptor.length == 1),
                     active[s].eq(1),
                     final[s].eq(no_rows),
-                    empty_bag[s].eq(no_rows),
                     first[s].eq(1),
+                    position[s].eq(descriptor.start),
+                ]
+            # A slot is loaded only while free and chosen only while active, so the fields
+            # that only a load writes need neither the start nor the choice in their enable
+            # (the choice's adder and priority encoder were in front of ~100 enables a slot).
+            with m.If(load & (load_slot == s)):
+                m.d.sync += [
+                    empty_bag[s].eq(no_rows),
                     weighted[s].eq(loaded_weighted),
                     mean[s].eq(mode == PoolingMode.MEAN),
-                    position[s].eq(descriptor.start),
                     end[s].eq(descriptor.start + descriptor.length),
                     table[s].eq(descriptor.table),
                     bag[s].eq(descriptor.bag),
