@@ -392,12 +392,14 @@ class IndexValidator(wiring.Component):
         # num_indices) are registered with table_end.
         table_last_line = Signal(28)
         table_end_final = Signal()
-        ends_in_line = Signal()      # table_end < line_end
+        # table_end < line_end, and table_end == cursor: registers, kept equal to those
+        # comparisons as table_end and the cursor move, since they drive the lines' ready.
+        ends_in_line = Signal()
+        table_exhausted = Signal()   # also covers tables with no indices at all
         segment_is_table = Signal()  # table_end <= line_end: the segment ends the table
         segment_end = Signal(32)
         high = Signal(5)
         m.d.comb += [
-            ends_in_line.eq(table_end[4:] == cursor_line),
             segment_is_table.eq(table_last_line == cursor_line),
             segment_end.eq(Mux(segment_is_table, table_end, line_end)),
             high.eq(Mux(ends_in_line, table_end[:4], LANES)),
@@ -417,7 +419,6 @@ class IndexValidator(wiring.Component):
         judged_line = Signal(28)
         judged_table = Signal.like(table)
         judged_end = Signal(32)
-        table_exhausted = table_end == cursor  # also covers tables with no indices at all
         step = Signal()
         m.d.comb += [
             step.eq(active & ~table_exhausted & self.lines.valid),
@@ -431,7 +432,10 @@ class IndexValidator(wiring.Component):
                     table_end_final.eq(end == indices)]
 
         def next_table():
-            m.d.sync += [table.eq(table + 1), *load_table_end(following_end, num_indices)]
+            # The cursor is at (or moves to) the old table_end.
+            m.d.sync += [table.eq(table + 1), *load_table_end(following_end, num_indices),
+                         table_exhausted.eq(following_end == table_end),
+                         ends_in_line.eq(following_end[4:] == table_end[4:])]
             m.d.comb += rows_next.eq(following_rows)
 
         with m.If(self.start):
@@ -439,6 +443,8 @@ class IndexValidator(wiring.Component):
             m.d.sync += [
                 num_indices.eq(self.num_indices), cursor.eq(0), table.eq(0),
                 *load_table_end(self.table_starts[1], self.num_indices),
+                table_exhausted.eq(self.table_starts[1] == 0),
+                ends_in_line.eq(self.table_starts[1][4:] == 0),
                 active.eq(self.num_indices != 0), self.lines_done.eq(0),
                 self.error.eq(ERROR_LAYOUT.const({})), self.checked.eq(0), judge.eq(0),
             ]
@@ -452,6 +458,10 @@ class IndexValidator(wiring.Component):
                 next_table()
                 with m.If(table_end_final):
                     m.d.sync += active.eq(0)
+            with m.Else():
+                # On to the next line, still short of table_end (which is past this line).
+                m.d.sync += [table_exhausted.eq(0),
+                             ends_in_line.eq(table_end[4:] == cursor_line + 1)]
 
         with m.If(~self.start):
             m.d.sync += [judge.eq(step), judged_bad.eq(bad), judged_line.eq(cursor[4:]),
