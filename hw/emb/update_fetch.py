@@ -58,7 +58,8 @@ class GradientFetch(wiring.Component):
         current = Signal(self._occurrence)
         held = Signal()
         line = Signal.like(current.lines)
-        last = line + 1 == current.lines
+        # line + 1 == current.lines, kept as a register: it drives i.ready.
+        last = Signal()
         o_free = ~self.o.valid | self.o.ready
         asked = self.request.valid & self.request.ready
 
@@ -83,9 +84,10 @@ class GradientFetch(wiring.Component):
                     self.o.payload.data.lines.eq(current.lines),
                 ]
             with m.Else():
-                m.d.sync += line.eq(line + 1)
+                m.d.sync += [line.eq(line + 1), last.eq(line + 2 == current.lines)]
         with m.If(self.i.valid & self.i.ready):
-            m.d.sync += [current.eq(self.i.payload), held.eq(1), line.eq(0)]
+            m.d.sync += [current.eq(self.i.payload), held.eq(1), line.eq(0),
+                         last.eq(self.i.payload.lines == 1)]
         return m
 
 
@@ -174,13 +176,16 @@ class RowFetch(wiring.Component):
             contexts.w_data.eq(context),
             contexts.w_en.eq(asked),
         ]
-        issue_free = ~current.valid | (asked & (line + 1 == current.lines))
+        # line + 1 == current.lines, kept as a register: the next row's key and address
+        # stages move on it.
+        on_last_line = Signal()
+        issue_free = ~current.valid | (asked & on_last_line)
         keyed_moves = keyed.valid & issue_free
         key_free = ~keyed.valid | keyed_moves
         key_go = running & (next_slot != count) & key_free
 
         with m.If(asked):
-            m.d.sync += line.eq(line + 1)
+            m.d.sync += [line.eq(line + 1), on_last_line.eq(line + 2 == current.lines)]
         with m.If(issue_free):
             m.d.sync += current.valid.eq(0)
         with m.If(keyed_moves):
@@ -192,6 +197,7 @@ class RowFetch(wiring.Component):
                 current.first_line.eq((descriptor.base >> 6) + keyed.row * lines),
                 current.lines.eq(lines),
                 line.eq(0),
+                on_last_line.eq(lines == 1),
                 keyed.valid.eq(0),
             ]
         with m.If(key_go):
