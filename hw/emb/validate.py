@@ -392,15 +392,15 @@ class IndexValidator(wiring.Component):
         # num_indices) are registered with table_end.
         table_last_line = Signal(28)
         table_end_final = Signal()
-        # table_end < line_end, and table_end == cursor: registers, kept equal to those
-        # comparisons as table_end and the cursor move, since they drive the lines' ready.
+        # table_end < line_end, table_end <= line_end and table_end == cursor: registers, kept
+        # equal to those comparisons as table_end and the cursor move, since they drive the
+        # lines' ready and the loads of the table's registers.
         ends_in_line = Signal()
+        segment_is_table = Signal()  # the segment ends the table
         table_exhausted = Signal()   # also covers tables with no indices at all
-        segment_is_table = Signal()  # table_end <= line_end: the segment ends the table
         segment_end = Signal(32)
         high = Signal(5)
         m.d.comb += [
-            segment_is_table.eq(table_last_line == cursor_line),
             segment_end.eq(Mux(segment_is_table, table_end, line_end)),
             high.eq(Mux(ends_in_line, table_end[:4], LANES)),
         ]
@@ -435,7 +435,8 @@ class IndexValidator(wiring.Component):
             # The cursor is at (or moves to) the old table_end.
             m.d.sync += [table.eq(table + 1), *load_table_end(following_end, num_indices),
                          table_exhausted.eq(following_end == table_end),
-                         ends_in_line.eq(following_end[4:] == table_end[4:])]
+                         ends_in_line.eq(following_end[4:] == table_end[4:]),
+                         segment_is_table.eq((following_end - 1)[4:32] == table_end[4:])]
             m.d.comb += rows_next.eq(following_rows)
 
         with m.If(self.start):
@@ -445,6 +446,7 @@ class IndexValidator(wiring.Component):
                 *load_table_end(self.table_starts[1], self.num_indices),
                 table_exhausted.eq(self.table_starts[1] == 0),
                 ends_in_line.eq(self.table_starts[1][4:] == 0),
+                segment_is_table.eq((self.table_starts[1] - 1)[4:32] == 0),
                 active.eq(self.num_indices != 0), self.lines_done.eq(0),
                 self.error.eq(ERROR_LAYOUT.const({})), self.checked.eq(0), judge.eq(0),
             ]
@@ -461,7 +463,8 @@ class IndexValidator(wiring.Component):
             with m.Else():
                 # On to the next line, still short of table_end (which is past this line).
                 m.d.sync += [table_exhausted.eq(0),
-                             ends_in_line.eq(table_end[4:] == cursor_line + 1)]
+                             ends_in_line.eq(table_end[4:] == (cursor_line + 1)[:28]),
+                             segment_is_table.eq(table_last_line == (cursor_line + 1)[:28])]
 
         with m.If(~self.start):
             m.d.sync += [judge.eq(step), judged_bad.eq(bad), judged_line.eq(cursor[4:]),
