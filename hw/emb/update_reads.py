@@ -127,7 +127,7 @@ class ReadRouter(wiring.Component):
             buffer_read = buffer.read_port(transparent_for=())
             m.d.comb += buffer_write.data.eq(self.r.payload.data)
 
-        responses, levels, in_flight = [], [], []
+        responses, levels, in_flight, used = [], [], [], []
         granted = Signal()  # an earlier (higher-priority) source took this cycle's slot
         for index, (name, depth) in enumerate(self._sources):
             request = getattr(self, f"{name}_request")
@@ -148,7 +148,11 @@ class ReadRouter(wiring.Component):
             responses.append(lines)
             levels.append(level)
             in_flight.append(flying)
-            has_credit = level + flying < depth
+            # level + flying, counted in a register of its own: the credit check is then a
+            # comparison of flip-flops, not behind an adder, in front of the arbitration.
+            entries = Signal(range(depth + 1), name=f"{name}_entries")
+            used.append(entries)
+            has_credit = entries != depth
             take = Signal(name=f"{name}_take")
             m.d.comb += take.eq(request.valid & has_credit & can_issue & ~granted)
             later_granted = Signal(name=f"{name}_granted")
@@ -177,12 +181,15 @@ class ReadRouter(wiring.Component):
             self.error.eq(arrived & (self.r.payload.resp != 0)),
         ]
         landed = [arrived & (owner == index) for index in range(count)]
+        issued = [context.w_en & (context.w_data == index) for index in range(count)]
         for index, (lines, flying) in enumerate(zip(responses, in_flight, strict=True)):
-            issued = context.w_en & (context.w_data == index)
             if lines is not None:
                 m.d.comb += [lines.w_en.eq(landed[index]),
                              lines.w_data.eq(self.r.payload.data)]
-            m.d.sync += flying.eq(flying + issued - landed[index])
+                # A landed line goes from in flight to the FIFO: only a read frees an entry.
+                m.d.sync += used[index].eq(used[index] + issued[index]
+                                           - (lines.r_en & lines.r_rdy))
+            m.d.sync += flying.eq(flying + issued[index] - landed[index])
 
         base = 0
         read_granted = Signal()
@@ -190,6 +197,7 @@ class ReadRouter(wiring.Component):
             refill = self._shared_source(m, buffer_write, buffer_read, base, depth,
                                          landed[index], levels[index],
                                          getattr(self, f"{name}_response"), read_granted, name)
+            m.d.sync += used[index].eq(used[index] + issued[index] - refill)
             read_granted_next = Signal(name=f"{name}_read_granted")
             m.d.comb += read_granted_next.eq(read_granted | refill)
             read_granted = read_granted_next

@@ -170,6 +170,7 @@ class LineMemory:
         self.draw = random.Random(seed)
         self.error_lines = set(error_lines)
         self.pending = []
+        self.refused = 0   # responses the router did not take at once (its credits failed)
 
     @staticmethod
     def line(address):
@@ -193,6 +194,8 @@ class LineMemory:
                 self.pending.append(ar_address)
             if respond and r_ready:
                 self.pending.pop(0)
+            elif respond:
+                self.refused += 1
 
 
 @pytest.mark.parametrize("registered_output", [False, True], ids=["word-choice", "register"])
@@ -375,7 +378,8 @@ def test_word_reader_restart_forgets_a_word_not_taken(registered_output):
 @pytest.mark.parametrize("shared", [("b", "c"), ("a", "b", "c")])
 def test_router_shared_buffer_keeps_each_source_in_order(shared, line_slices):
     """Three sources take whole lines with random back-pressure; ``c`` stops taking for a
-    long while, and the others must still get every line (their credits, not ``c``'s).
+    long while, and the others must still get every line (their credits, not ``c``'s); no
+    response ever waits for room.
     With ``line_slices`` the FIFOs are cut per FP lane."""
     sources = [("a", 4), ("b", 3), ("c", 5)]
     router = ReadRouter(line_address_width=20, sources=sources, shared=shared,
@@ -402,7 +406,9 @@ def test_router_shared_buffer_keeps_each_source_in_order(shared, line_slices):
             response = getattr(router, f"{name}_response")
             cycle = 0
             while len(got[name]) < count:
-                stalled = name == "c" and 50 <= cycle < 1500
+                # `a` stalls briefly too: its FIFO then fills to its credits.
+                stalled = ((name == "c" and 50 <= cycle < 1500)
+                           or (name == "a" and 40 <= cycle < 140))
                 ctx.set(response.ready, int(not stalled and draw.random() < 0.8))
                 _, _, ready, valid, line = await ctx.tick().sample(
                     response.ready, response.valid, response.payload)
@@ -420,6 +426,8 @@ def test_router_shared_buffer_keeps_each_source_in_order(shared, line_slices):
         assert got[name] == [LineMemory.line(bases[name] + k) for k in range(count)], name
     assert finished["a"] < 1500 and finished["b"] < 1500 < finished["c"], finished
     assert router.shared == frozenset(shared)
+    # Every source's credits leave a place for each line it asked for.
+    assert memory.refused == 0
 
 
 def test_router_rejects_unknown_shared_source():
