@@ -155,6 +155,9 @@ class OccurrenceWalker(wiring.Component):
         position = Signal(32)
         bag_start = Signal(32)
         bag_end = Signal(32)
+        # position == bag_end, kept as a register from Bag-End on (where position is
+        # bag_start): it decides each step of Indices, in front of the streams' readies.
+        at_bag_end = Signal()
         bag_line = Signal.like(self.gradient)  # gradient row of this bag
         column = Signal(16)                    # lines before this table's block
         mean_scale = Signal(32)
@@ -231,7 +234,7 @@ class OccurrenceWalker(wiring.Component):
                                 ((bag_number + 1 == bag_count) & (end != num_indices))):
                         fail(ErrorCode.OFFSETS_PAST_END, **here)
                     with m.Else():
-                        m.d.sync += bag_end.eq(end)
+                        m.d.sync += [bag_end.eq(end), at_bag_end.eq(end == bag_start)]
                         with m.If(update & (descriptor.mode == PoolingMode.MEAN) &
                                   (end != bag_start)):
                             m.next = "Reciprocal"
@@ -253,7 +256,7 @@ class OccurrenceWalker(wiring.Component):
                     m.next = "Indices"
 
             with m.State("Indices"):
-                with m.If(position == bag_end):
+                with m.If(at_bag_end):
                     with m.If(bag_number + 1 == bag_count):
                         m.d.sync += self.status.done.eq(1)
                         m.next = "Idle"
@@ -273,7 +276,8 @@ class OccurrenceWalker(wiring.Component):
                             m.d.sync += [bag.eq(bag + 1), bag_line.eq(bag_line + row_lines)]
                         m.next = "Bag-End"
                 with m.Elif(mode == WalkMode.OFFSETS):
-                    m.d.sync += position.eq(bag_end)  # skip the bag's indices
+                    # Skip the bag's indices.
+                    m.d.sync += [position.eq(bag_end), at_bag_end.eq(1)]
                 with m.Else():
                     index = self.indices.payload
                     weighted = update & use_weights
@@ -288,7 +292,8 @@ class OccurrenceWalker(wiring.Component):
                                 self.indices.ready.eq(1),
                                 self.weights.ready.eq(weighted),
                             ]
-                            m.d.sync += position.eq(position + 1)
+                            m.d.sync += [position.eq(position + 1),
+                                         at_bag_end.eq(position + 1 == bag_end)]
                             with m.If(update):
                                 m.d.sync += [
                                     self.o.valid.eq(1),
