@@ -646,7 +646,18 @@ class UpdateEngine(wiring.Component):
         else:
             wiring.connect(m, walker.o, gradient_fetch.i)
             occurrences_empty = Const(1)
-        wiring.connect(m, gradient_fetch.request, router.gradient_request)
+        # With fpga_pipelining the gradient line requests reach the router through a skid
+        # buffer too: the router's arbitration then is not in front of the fetch's ready and
+        # its occurrence register, for a cycle of read latency.
+        if self._fpga_pipelining:
+            gradient_requests = per_command("gradient_requests", SkidBuffer(
+                shape=gradient_fetch.request.payload.shape()))
+            wiring.connect(m, gradient_fetch.request, gradient_requests.i)
+            wiring.connect(m, gradient_requests.o, router.gradient_request)
+            gradient_requests_empty = gradient_requests.empty
+        else:
+            wiring.connect(m, gradient_fetch.request, router.gradient_request)
+            gradient_requests_empty = Const(1)
         # Occurrences whose gradient lines are on their way: without this queue only the two
         # in the fetch and CAM registers would be, one read latency per two occurrences.
         waiting = per_command("waiting", fifo.SyncFIFOBuffered(
@@ -800,7 +811,7 @@ class UpdateEngine(wiring.Component):
                                     (deferred_walker.status.error != ErrorCode.NONE))
         # (The queue's level counts an entry still moving to its output, unlike r_rdy.)
         walk_finished = (walker.status.done & ~walker.o.valid & occurrences_empty &
-                         gradient_fetch.idle & (waiting.level == 0))
+                         gradient_fetch.idle & gradient_requests_empty & (waiting.level == 0))
         writes_settled = writes.idle & datapath.apply_idle & ~datapath.writes_queued
 
         # The deferred lookup's offsets and indices are validated alongside the command's
