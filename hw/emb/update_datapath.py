@@ -391,8 +391,14 @@ class UpdateDatapath(wiring.Component):
         # Not transparent: a sum is read at least one cycle after it was written (the hazard
         # window covers the write cycle too).
         # (With correction lanes the correction reads while apply does: a port of its own.)
+        # With lane_replicas (and a port per use) apply reads its own copy of the buffer, a
+        # memory per lane read asynchronously at a copy of the registered address: one read
+        # address for the whole line reaches every LUT-RAM cell of it, a net over the die
+        # (20 ns of routing in a ULX3S build).
+        apply_per_lane = self._read_port_per_use and self._lane_replicas
         if self._read_port_per_use:
-            accumulate_read, apply_read = buffer.read_port(), buffer.read_port()
+            accumulate_read = buffer.read_port()
+            apply_read = None if apply_per_lane else buffer.read_port()
             correct_read = buffer.read_port() if self._corrections else None
         else:
             accumulate_read = apply_read = correct_read = buffer.read_port()
@@ -532,6 +538,24 @@ class UpdateDatapath(wiring.Component):
         # register needs no enable.
         m.d.sync += [apply_ready.eq(apply_go), apply_row.eq(self.rows.payload),
                      apply_address.eq(context.address), apply_buffer.eq(stage_a_buffer)]
+        # The sum apply multiplies in stage B: what a read port addressed in stage A returns.
+        # The per-lane copies see a write of the cycle before stage B, a port would not; apply
+        # reads a line only once its sums are final and before its delta is written, so no
+        # write meets it there.
+        apply_sum = Signal(LINE_BITS)
+        if apply_per_lane:
+            addresses = lane_copies(m, stage_a_buffer, apply_buffer, name="apply_buffer",
+                                    copies=_LANES, replicate=True)
+            for k, address in enumerate(addresses):
+                lane = slice(32 * k, 32 * (k + 1))
+                lane_memory = m.submodules[f"apply_buffer_{k}"] = Memory(
+                    shape=32, depth=self.buffer_lines, init=[])
+                write, read = lane_memory.write_port(), lane_memory.read_port(domain="comb")
+                m.d.comb += [write.en.eq(buffer_write.en), write.addr.eq(buffer_write.addr),
+                             write.data.eq(buffer_write.data[lane]), read.addr.eq(address),
+                             apply_sum[lane].eq(read.data)]
+        else:
+            m.d.comb += apply_sum.eq(apply_read.data)
 
         if self._corrections:
             # Correction ops: queued per context; stage 0 takes one line per cycle from one
@@ -706,7 +730,7 @@ class UpdateDatapath(wiring.Component):
                                             staged_correction[lane]), a)
                 b = Mux(corrections[k], staged_factor, b)
             m.d.comb += [mul_in.a[k].eq(Mux(applies[k], self.lr, a)),
-                         mul_in.b[k].eq(Mux(applies[k], apply_read.data[lane], b))]
+                         mul_in.b[k].eq(Mux(applies[k], apply_sum[lane], b))]
 
         # The gradient buffer's reads: the running sum for a product leaving the multiplier
         # (accumulate), a correction's delta, the sum for the row line taken in stage A
@@ -716,8 +740,9 @@ class UpdateDatapath(wiring.Component):
         m.d.comb += product_tag.eq(multiplier.o.payload.tag)
         correct_address = op.slot * lps + op_line if self._corrections else None
         if self._read_port_per_use:
-            m.d.comb += [accumulate_read.addr.eq(product_tag.buffer),
-                         apply_read.addr.eq(stage_a_buffer)]
+            m.d.comb += accumulate_read.addr.eq(product_tag.buffer)
+            if not apply_per_lane:
+                m.d.comb += apply_read.addr.eq(stage_a_buffer)
             if self._corrections:
                 m.d.comb += correct_read.addr.eq(correct_address)
         else:
