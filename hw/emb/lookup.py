@@ -430,22 +430,28 @@ class LookupEngine(wiring.Component):
         ]
 
         # --- AXI read data: always accepted (every read has room reserved), then routed -------
-        r_valid = Signal()
         r_id = Signal(self._id_width)
         r_data = Signal(512)
         r_error = Signal()
+        # Who a response is for is decided as it is registered: the reorder buffer's and the
+        # windows' write enables then come straight from flip-flops.
+        r_for_reorder = Signal()
+        r_for_stream = Signal(len(_STREAMS))
         m.d.comb += axi.rready.eq(1)
-        m.d.sync += [r_valid.eq(axi.rvalid), r_id.eq(axi.rid), r_data.eq(axi.rdata),
-                     r_error.eq(axi.rresp != 0)]
+        m.d.sync += [r_id.eq(axi.rid), r_data.eq(axi.rdata),
+                     r_error.eq(axi.rresp != 0),
+                     r_for_reorder.eq(axi.rvalid & (axi.rid < n_ids)),
+                     r_for_stream.eq(Cat(axi.rvalid & (axi.rid == n_ids + k)
+                                         for k in range(len(_STREAMS))))]
         m.d.comb += [
-            reorder.response.valid.eq(r_valid & (r_id < n_ids)),
+            reorder.response.valid.eq(r_for_reorder),
             reorder.response.payload.id.eq(r_id),
             reorder.response.payload.data.eq(r_data),
             reorder.response.payload.error.eq(r_error),
         ]
         for k, name in enumerate(_STREAMS):
             m.d.comb += [
-                windows[name].response.valid.eq(r_valid & (r_id == n_ids + k)),
+                windows[name].response.valid.eq(r_for_stream[k]),
                 windows[name].response.payload.data.eq(r_data),
                 windows[name].response.payload.error.eq(r_error),
             ]
