@@ -633,31 +633,26 @@ class UpdateEngine(wiring.Component):
         else:
             m.d.comb += checker.command.eq(command)
 
+        def through_skid(name, source, sink):
+            """Connect ``source`` to ``sink``, with fpga_pipelining through a skid buffer
+            (a cycle of latency); returns whether nothing waits in between."""
+            if not self._fpga_pipelining:
+                wiring.connect(m, source, sink)
+                return Const(1)
+            skid = per_command(name, SkidBuffer(shape=source.payload.shape()))
+            wiring.connect(m, source, skid.i)
+            wiring.connect(m, skid.o, sink)
+            return skid.empty
+
         # Occurrences: walker -> gradient fetch -> unique rows -> accumulation. With
         # fpga_pipelining a skid buffer between the walker and the fetch keeps the fetch's
         # ready (from the read router's arbitration) out of the walker's cycle, a cycle of
-        # latency per occurrence.
-        if self._fpga_pipelining:
-            occurrences = per_command("occurrences", SkidBuffer(
-                shape=walker.o.payload.shape()))
-            wiring.connect(m, walker.o, occurrences.i)
-            wiring.connect(m, occurrences.o, gradient_fetch.i)
-            occurrences_empty = occurrences.empty
-        else:
-            wiring.connect(m, walker.o, gradient_fetch.i)
-            occurrences_empty = Const(1)
-        # With fpga_pipelining the gradient line requests reach the router through a skid
-        # buffer too: the router's arbitration then is not in front of the fetch's ready and
-        # its occurrence register, for a cycle of read latency.
-        if self._fpga_pipelining:
-            gradient_requests = per_command("gradient_requests", SkidBuffer(
-                shape=gradient_fetch.request.payload.shape()))
-            wiring.connect(m, gradient_fetch.request, gradient_requests.i)
-            wiring.connect(m, gradient_requests.o, router.gradient_request)
-            gradient_requests_empty = gradient_requests.empty
-        else:
-            wiring.connect(m, gradient_fetch.request, router.gradient_request)
-            gradient_requests_empty = Const(1)
+        # latency per occurrence; and one between the fetch and the router keeps the router's
+        # arbitration out of the fetch's ready and occurrence register, a cycle of read
+        # latency.
+        occurrences_empty = through_skid("occurrences", walker.o, gradient_fetch.i)
+        gradient_requests_empty = through_skid("gradient_requests", gradient_fetch.request,
+                                               router.gradient_request)
         # Occurrences whose gradient lines are on their way: without this queue only the two
         # in the fetch and CAM registers would be, one read latency per two occurrences.
         waiting = per_command("waiting", fifo.SyncFIFOBuffered(
