@@ -101,8 +101,10 @@ EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": TWO_STAGE_ENGINE_PARAMS}
 #: ``dfbf6ac``'s circuit seed 0 (nextpnr's own default) left 5,101 wires overused at iteration
 #: 77 and rising, where seed 1 routed by iteration 65 (45.96 MHz, 16 min), as it did in all
 #: but two of the earlier seed-1 builds in docs/measurements.md (both with changes that were
-#: taken back), and seed 2 by iteration 80 (43.92 MHz).
-EMB_BOARD_NEXTPNR_SEEDS = {"ulx3s-85f": (1, 2, 3)}
+#: taken back), and seed 2 by iteration 80 (43.92 MHz). With ``e2d0287``'s control registers
+#: seed 2 routed by iteration 207 (46.33 MHz, 23 min) and seeds 1 and 3 were stopped (295
+#: overused wires at iteration 318, 1,381 at iteration 49), so seed 2 comes first.
+EMB_BOARD_NEXTPNR_SEEDS = {"ulx3s-85f": (2, 1, 3)}
 
 _SEED_OPTIONS = ("--seed", "-r", "--randomize-seed")
 
