@@ -427,26 +427,30 @@ class IndexValidator(wiring.Component):
             self.done.eq(~active & ~judge),
         ]
 
-        def load_table_end(end, indices):
-            return [table_end.eq(end), table_last_line.eq((end - 1)[4:]),
-                    table_end_final.eq(end == indices)]
+        def track(end, last_line, exhausted, line):
+            """The flags for a table ending at ``end`` (its last index in line ``last_line``)
+            and the cursor in line ``line``."""
+            return [table_exhausted.eq(exhausted), ends_in_line.eq(end[4:] == line),
+                    segment_is_table.eq(last_line == line)]
+
+        def load_table_end(end, indices, at):
+            """table_end and what is registered with it, the cursor at (or moving to) ``at``."""
+            last_line = (end - 1)[4:32]
+            return [table_end.eq(end), table_last_line.eq(last_line),
+                    table_end_final.eq(end == indices),
+                    *track(end, last_line, end == at, at[4:])]
 
         def next_table():
             # The cursor is at (or moves to) the old table_end.
-            m.d.sync += [table.eq(table + 1), *load_table_end(following_end, num_indices),
-                         table_exhausted.eq(following_end == table_end),
-                         ends_in_line.eq(following_end[4:] == table_end[4:]),
-                         segment_is_table.eq((following_end - 1)[4:32] == table_end[4:])]
+            m.d.sync += [table.eq(table + 1),
+                         *load_table_end(following_end, num_indices, at=table_end)]
             m.d.comb += rows_next.eq(following_rows)
 
         with m.If(self.start):
             m.d.comb += rows_next.eq(self.tables[0].rows)
             m.d.sync += [
                 num_indices.eq(self.num_indices), cursor.eq(0), table.eq(0),
-                *load_table_end(self.table_starts[1], self.num_indices),
-                table_exhausted.eq(self.table_starts[1] == 0),
-                ends_in_line.eq(self.table_starts[1][4:] == 0),
-                segment_is_table.eq((self.table_starts[1] - 1)[4:32] == 0),
+                *load_table_end(self.table_starts[1], self.num_indices, at=Const(0, 32)),
                 active.eq(self.num_indices != 0), self.lines_done.eq(0),
                 self.error.eq(ERROR_LAYOUT.const({})), self.checked.eq(0), judge.eq(0),
             ]
@@ -462,9 +466,7 @@ class IndexValidator(wiring.Component):
                     m.d.sync += active.eq(0)
             with m.Else():
                 # On to the next line, still short of table_end (which is past this line).
-                m.d.sync += [table_exhausted.eq(0),
-                             ends_in_line.eq(table_end[4:] == (cursor_line + 1)[:28]),
-                             segment_is_table.eq(table_last_line == (cursor_line + 1)[:28])]
+                m.d.sync += track(table_end, table_last_line, 0, (cursor_line + 1)[:28])
 
         with m.If(~self.start):
             m.d.sync += [judge.eq(step), judged_bad.eq(bad), judged_line.eq(cursor[4:]),
