@@ -80,8 +80,8 @@ class OffsetsValidator(wiring.Component):
     lines : ``In(stream.Signature(512))``
     checked : ``Out(32)``
         Entries below this have been processed (and passed, in CHECK mode). It follows the
-        walk by a cycle: a segment's comparisons are registered and judged the next cycle,
-        so the walk's cursor never waits for them.
+        walk by :attr:`checked_latency` cycles: a segment's comparisons are registered and
+        judged the next cycle, so the walk's cursor never waits for them.
     lines_done : ``Out(32)``
         Lines consumed since ``start``.
     done : ``Out(1)``
@@ -90,10 +90,21 @@ class OffsetsValidator(wiring.Component):
         ``code`` is NONE unless a check failed.
     count : ``Out(32)``
     table_starts : ``Out(data.ArrayLayout(32, max_tables + 1))``
+
+    With ``registered_window`` the window's entries, and the values each is compared
+    against, are registered when the walk takes the segment, and compared the cycle after:
+    on an FPGA the line's choice of slot and of window then ends at flip-flops, not at
+    sixteen 32-bit comparators and the segment's mask. It costs a cycle of latency
+    (``checked`` and ``done``; a bad entry stops the walk two segments late), not
+    throughput.
     """
 
-    def __init__(self, *, max_tables):
+    def __init__(self, *, max_tables, registered_window=False):
+        if not isinstance(registered_window, bool):
+            raise TypeError(f"Registered window must be True or False, not "
+                            f"{registered_window!r}")
         self._max_tables = max_tables
+        self._registered_window = registered_window
         super().__init__({
             "start": In(1),
             "mode": In(OffsetsMode),
@@ -112,6 +123,12 @@ class OffsetsValidator(wiring.Component):
             "count": Out(32),
             "table_starts": Out(data.ArrayLayout(32, max_tables + 1)),
         })
+
+    @property
+    def checked_latency(self):
+        """Cycles by which ``checked`` follows the walk's cursor (2 with
+        ``registered_window``, else 1)."""
+        return 1 + self._registered_window
 
     def elaborate(self, platform):
         m = Module()
@@ -178,26 +195,55 @@ class OffsetsValidator(wiring.Component):
         ]
         mask = lane_mask(m, low, high, name="mask", lanes=WINDOW)
 
+        # What a segment's checks read: the window's entries, the value each must not be
+        # below, and its lanes, first entry and last entry.
+        step = Signal()
+        first_window = Signal()
+        is_last = Signal(WINDOW)
+        m.d.comb += first_window.eq(cursor[window_bits:] == 0)
+        for j in range(WINDOW):
+            # Lane j holds entry end - 1 when it is the left-th entry from the cursor.
+            m.d.comb += is_last[j].eq(left_small & (left[:3] == j + 1 - low) & (low <= j))
+        befores = [previous if j == 0 else Mux(low == j, previous, values[j - 1])
+                   for j in range(WINDOW)]
+        segment = {"values": values, "befores": befores, "first_window": first_window,
+                   "is_last": is_last, "mask": mask, "window": cursor[window_bits:],
+                   "table": table, "table_entry": table_entry, "end": segment_end}
+        taken = step    # the segment compared this cycle was taken by the walk this cycle
+        if self._registered_window:
+            # The segment is registered as the walk takes it and compared the next cycle, so
+            # the line's choice of slot and window ends at flip-flops. Loaded every cycle, with
+            # no enable: `taken` says whether they hold a segment.
+            taken = Signal()
+            m.d.sync += taken.eq(step & ~self.start)
+            registered = {}
+            for name, value in segment.items():
+                if isinstance(value, list):
+                    registered[name] = [Signal.like(v, name=f"window_{name}_{j}")
+                                        for j, v in enumerate(value)]
+                    m.d.sync += [r.eq(v) for r, v in zip(registered[name], value, strict=True)]
+                else:
+                    registered[name] = Signal.like(value, name=f"window_{name}")
+                    m.d.sync += registered[name].eq(value)
+            segment = registered
+
         zero_bad = Signal(WINDOW)
         falls = Signal(WINDOW)
         past = Signal(WINDOW)
         counted = Signal(WINDOW)
-        first_window = Signal()
-        m.d.comb += first_window.eq(cursor[window_bits:] == 0)
         for j in range(WINDOW):
-            before = previous if j == 0 else Mux(low == j, previous, values[j - 1])
-            is_first = first_window & (j == 0)
-            # Lane j holds entry end - 1 when it is the left-th entry from the cursor.
-            is_last = left_small & (left[:3] == j + 1 - low) & (low <= j)
+            value = segment["values"][j]
+            is_first = segment["first_window"] & (j == 0)
             m.d.comb += [
-                zero_bad[j].eq(is_first & (values[j] != 0)),
-                falls[j].eq(~is_first & (values[j] < before)),
-                past[j].eq((values[j] > num_indices)
-                           | (is_last & (values[j] != num_indices))),
-                counted[j].eq(values[j] <= threshold),
+                zero_bad[j].eq(is_first & (value != 0)),
+                falls[j].eq(~is_first & (value < segment["befores"][j])),
+                past[j].eq((value > num_indices)
+                           | (segment["is_last"][j] & (value != num_indices))),
+                counted[j].eq(value <= threshold),
             ]
         bad = Signal(WINDOW)
-        m.d.comb += bad.eq(Mux(mode == OffsetsMode.CHECK, mask & (zero_bad | falls | past), 0))
+        m.d.comb += bad.eq(Mux(mode == OffsetsMode.CHECK,
+                               segment["mask"] & (zero_bad | falls | past), 0))
 
         last_value = Signal(32)
         with m.Switch(high):
@@ -212,7 +258,6 @@ class OffsetsValidator(wiring.Component):
 
         last_window_of_line = cursor[window_bits:4] == (LANES // WINDOW) - 1
         finishes_line = ends_walk | (last_window_of_line & (length == room))
-        step = Signal()
         # A table start is captured a cycle after the step that finds it: the decision (a
         # 32-bit comparison behind the line's valid) then drives one register, not the enables
         # of every `table_starts` flip-flop. `done` waits for that write.
@@ -221,9 +266,10 @@ class OffsetsValidator(wiring.Component):
         capture_table = Signal(8)
         capture_value = Signal(32)
         # The walk takes a segment each step whatever its entries hold; the segment's checks
-        # are registered and judged the next cycle, which stops the walk (a segment late) on
-        # the first bad entry. `checked` only passes judged segments.
-        judge = Signal()             # a segment taken last cycle is judged now
+        # are registered and judged the next cycle, which stops the walk (a segment late, two
+        # with `registered_window`) on the first bad entry. `checked` only passes judged
+        # segments.
+        judge = Signal()             # a segment compared last cycle is judged now
         judged_bad = Signal(WINDOW)
         judged_zero_bad = Signal(WINDOW)
         judged_falls = Signal(WINDOW)
@@ -235,7 +281,8 @@ class OffsetsValidator(wiring.Component):
         m.d.comb += [
             step.eq(active & self.lines.valid),
             self.lines.ready.eq(step & finishes_line),
-            self.done.eq(~active & ~judge & ~capture_pending),
+            self.done.eq(~active & ~judge & ~capture_pending
+                         & (~taken if self._registered_window else 1)),
         ]
         m.d.sync += capture_pending.eq(0)
         with m.If(capture_pending):
@@ -280,11 +327,12 @@ class OffsetsValidator(wiring.Component):
 
         with m.If(~self.start):
             m.d.sync += [
-                judge.eq(step), judged_bad.eq(bad), judged_zero_bad.eq(zero_bad),
-                judged_falls.eq(falls), judged_window.eq(cursor[window_bits:]),
-                judged_table.eq(table), judged_table_entry.eq(table_entry),
-                judged_end.eq(segment_end),
-                judged_counted.eq(Mux(mode == OffsetsMode.COUNT, mask & counted, 0)),
+                judge.eq(taken), judged_bad.eq(bad), judged_zero_bad.eq(zero_bad),
+                judged_falls.eq(falls), judged_window.eq(segment["window"]),
+                judged_table.eq(segment["table"]),
+                judged_table_entry.eq(segment["table_entry"]), judged_end.eq(segment["end"]),
+                judged_counted.eq(Mux(mode == OffsetsMode.COUNT,
+                                      segment["mask"] & counted, 0)),
             ]
         any_bad, bad_lane = first_set(m, judged_bad, name="bad_lane")
         with m.If(judge & ~self.start):
@@ -305,6 +353,8 @@ class OffsetsValidator(wiring.Component):
                     active.eq(0),
                     judge.eq(0),   # the segment taken meanwhile is past the error
                 ]
+                if self._registered_window:
+                    m.d.sync += taken.eq(0)   # as is the one the walk takes now
             with m.Else():
                 m.d.sync += self.checked.eq(judged_end)
         return m

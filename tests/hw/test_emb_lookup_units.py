@@ -251,12 +251,12 @@ async def feed_until_done(ctx, dut, lines, draw, *, busy=0.3, watch=()):
             return watched, highest_checked, taken_lines
 
 
-def run_offsets_jobs(jobs, *, seed=0):
+def run_offsets_jobs(jobs, *, seed=0, registered_window=False, busy=0.3):
     """Run OffsetsValidator jobs one after the other in one simulation; return their results.
 
     A job is ``(offsets, settings)`` with settings bags, tables, num_indices and optionally
     mode, first, end, threshold."""
-    dut = OffsetsValidator(max_tables=8)
+    dut = OffsetsValidator(max_tables=8, registered_window=registered_window)
     draw = random.Random(seed)
     results = []
 
@@ -275,7 +275,8 @@ def run_offsets_jobs(jobs, *, seed=0):
             await ctx.tick()
             ctx.set(dut.start, 0)
             (starts,), highest_checked, taken_lines = await feed_until_done(
-                ctx, dut, lines_of(offsets)[first // 16:], draw, watch=[dut.table_starts])
+                ctx, dut, lines_of(offsets)[first // 16:], draw, busy=busy,
+                watch=[dut.table_starts])
             error = ctx.get(dut.error)
             results.append({
                 "error": {"code": error.code, "table": error.table, "bag": error.bag,
@@ -290,14 +291,20 @@ def run_offsets_jobs(jobs, *, seed=0):
     return results
 
 
-def test_offsets_validator_finds_the_first_problem():
+REGISTERED_WINDOW = pytest.mark.parametrize("registered_window", [False, True],
+                                            ids=["window", "registered-window"])
+
+
+@REGISTERED_WINDOW
+def test_offsets_validator_finds_the_first_problem(registered_window):
     draw = random.Random(11)
     jobs = []
     for _ in range(40):
         tables, bags = draw.randint(1, 4), draw.choice([0, 1, 3, 16, 21])
         offsets, num_indices = random_offsets(draw, tables, bags)
         jobs.append((offsets, {"bags": bags, "tables": tables, "num_indices": num_indices}))
-    for (offsets, settings), result in zip(jobs, run_offsets_jobs(jobs), strict=True):
+    results = run_offsets_jobs(jobs, registered_window=registered_window)
+    for (offsets, settings), result in zip(jobs, results, strict=True):
         expected = offsets_reference(offsets, settings["bags"], settings["num_indices"])
         assert result["error"] == expected, (offsets, settings)
         # What the bag sequencer may take: every entry once all passed, never a bad one.
@@ -313,17 +320,127 @@ def test_offsets_validator_finds_the_first_problem():
             assert result["highest_checked"] <= expected["position"], (offsets, settings)
 
 
-def test_offsets_validator_counts_bag_starts():
+@REGISTERED_WINDOW
+def test_offsets_validator_counts_bag_starts(registered_window):
     offsets = [0, 3, 3, 7, 9, 9, 9, 12, 20, 21, 30, 31, 32, 40, 41, 43, 44, 50, 51]
     windows = ((9, 2, 9), (0, 0, 5), (43, 5, 19), (100, 17, 18))
     jobs = [(offsets, {"bags": 0, "tables": 1, "num_indices": 51, "mode": OffsetsMode.COUNT,
                        "first": first, "end": end, "threshold": threshold})
             for threshold, first, end in windows]
-    for (threshold, first, end), result in zip(windows, run_offsets_jobs(jobs), strict=True):
+    results = run_offsets_jobs(jobs, registered_window=registered_window)
+    for (threshold, first, end), result in zip(windows, results, strict=True):
         assert result["count"] == sum(v <= threshold for v in offsets[first:end])
         assert result["highest_checked"] == end
         lines = (end + 15) // 16 - first // 16 if end > first else 0
         assert result["taken_lines"] == result["lines_done"] == lines
+
+
+@REGISTERED_WINDOW
+def test_offsets_validator_stops_at_the_first_of_close_problems(registered_window):
+    """With lines always there the walk takes a segment every cycle, so the segments taken
+    while a bad one is compared and judged (one, or two with ``registered_window``) must be
+    dropped: the next problem, or the good entries after the first, must not count."""
+    bags, tables = 13, 3
+    jobs = [(list(range(bags * tables + 1)), {})]
+    for first in (1, 4, 6, 7, 18):
+        for gap in range(1, 10):
+            offsets = list(range(bags * tables + 1))
+            offsets[first] = offsets[first - 1] - 1 if first > 1 else 5
+            offsets[first + gap] = 100   # past the end (and the entry after it falls)
+            jobs.append((offsets, {}))
+            good_after = list(range(bags * tables + 1))
+            good_after[first] = 100
+            jobs.append((good_after, {}))
+    for _, settings in jobs:
+        settings.update(bags=bags, tables=tables, num_indices=bags * tables)
+    results = run_offsets_jobs(jobs, registered_window=registered_window, busy=0)
+    for (offsets, settings), result in zip(jobs, results, strict=True):
+        expected = offsets_reference(offsets, bags, settings["num_indices"])
+        assert result["error"] == expected, offsets
+        if expected["code"] == ErrorCode.NONE:
+            assert result["highest_checked"] == len(offsets)
+        else:
+            assert result["highest_checked"] <= expected["position"], offsets
+
+
+@REGISTERED_WINDOW
+def test_offsets_validator_checked_follows_the_walk_by_its_latency(registered_window):
+    dut = OffsetsValidator(max_tables=8, registered_window=registered_window)
+    assert dut.checked_latency == (2 if registered_window else 1)
+    offsets = list(range(40))
+    cycles = {}
+
+    async def testbench(ctx):
+        ctx.set(dut.mode, OffsetsMode.CHECK)
+        ctx.set(dut.end, len(offsets))
+        ctx.set(dut.bags, 0)
+        ctx.set(dut.tables, 1)
+        ctx.set(dut.num_indices, offsets[-1])
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        pending = lines_of(offsets)
+        for cycle in range(40):
+            ctx.set(dut.lines.valid, bool(pending))
+            if pending:
+                ctx.set(dut.lines.payload, pending[0])
+            _, _, taken, checked, done = await ctx.tick().sample(
+                dut.lines.ready, dut.checked, dut.done)
+            if pending and taken:
+                pending.pop(0)
+                if not pending:
+                    cycles["last_step"] = cycle
+            if checked == len(offsets):
+                cycles.setdefault("checked", cycle)
+            if done:
+                cycles.setdefault("done", cycle)
+        assert ctx.get(dut.error.code) == ErrorCode.NONE
+
+    simulate(dut, testbench)
+    # The walk's last step moves the cursor to the end the cycle after it.
+    assert cycles["checked"] - cycles["last_step"] == 1 + dut.checked_latency
+    assert cycles["done"] == cycles["checked"]
+
+
+@REGISTERED_WINDOW
+def test_offsets_validator_restarts_mid_walk(registered_window):
+    """A ``start`` while the walk runs drops the segments in flight: the old walk's bad
+    entries, compared or judged when the new one starts, do not count in the new."""
+    dut = OffsetsValidator(max_tables=8, registered_window=registered_window)
+    bad = [0, 1, 2, 3] + [1000] * 36          # past the end from entry 4 on
+    good = list(range(40))
+    results = []
+
+    def begin(ctx, offsets):
+        ctx.set(dut.mode, OffsetsMode.CHECK)
+        ctx.set(dut.end, len(offsets))
+        ctx.set(dut.bags, 0)
+        ctx.set(dut.tables, 1)
+        ctx.set(dut.num_indices, len(offsets) - 1)
+        ctx.set(dut.start, 1)
+
+    async def testbench(ctx):
+        for delay in range(1, 8):
+            begin(ctx, bad)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            ctx.set(dut.lines.valid, 1)
+            ctx.set(dut.lines.payload, lines_of(bad)[0])
+            await ctx.tick().repeat(delay)
+            begin(ctx, good)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            _, highest_checked, _ = await feed_until_done(ctx, dut, lines_of(good),
+                                                          random.Random(delay))
+            results.append((ctx.get(dut.error.code), highest_checked))
+
+    simulate(dut, testbench)
+    assert results == [(ErrorCode.NONE, len(good))] * 7
+
+
+def test_offsets_validator_rejects_non_bool_registered_window():
+    with pytest.raises(TypeError, match=r"^Registered window must be True or False, not 1$"):
+        OffsetsValidator(max_tables=4, registered_window=1)
 
 
 def index_reference(indices, starts, rows):
