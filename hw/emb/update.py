@@ -180,7 +180,9 @@ class UpdateEngine(wiring.Component):
         and the per-command reset comes from a flip-flop, a cycle after a command is accepted
         (a cycle more per command); the walker hands its occurrences to the gradient fetch
         through a skid buffer (:class:`hw.skid.SkidBuffer`: a cycle of latency, no loss of
-        rate). Results are the same. Default False.
+        rate), and compares each offsets entry in a register stage of its own
+        (``OccurrenceWalker(registered_offset_checks=)``: a cycle more per walk). Results are
+        the same. Default False.
     lane_fold : int
         Cycles a line takes through the multiplier and adder: folded
         :class:`~hw.fp.FPLanes` of ``16 / lane_fold`` units each, for FPGA builds that trade
@@ -477,7 +479,8 @@ class UpdateEngine(wiring.Component):
                                                 registered_output=self._fpga_pipelining))
                    for name in ("offsets", "indices", "weights")}
         walker = per_command("walker", OccurrenceWalker(
-            max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw))
+            max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
+            registered_offset_checks=self._fpga_pipelining))
         gradient_fetch = per_command("gradient_fetch", GradientFetch(
             table_width=walker.table_width, line_width=walker.line_width,
             line_address_width=line_address_width))
@@ -603,7 +606,8 @@ class UpdateEngine(wiring.Component):
                                              registered_output=self._fpga_pipelining))
                 for name in ("offsets", "indices", "weights")}
             deferred_walker = per_command("deferred_walker", OccurrenceWalker(
-                max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw))
+                max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
+                registered_offset_checks=self._fpga_pipelining))
             corrector = per_command("corrector", CorrectionSequencer(
                 max_tables=self._max_tables, addr_width=aw, table_width=walker.table_width,
                 line_width=walker.line_width, slot_width=Shape.cast(range(capacity)).width,

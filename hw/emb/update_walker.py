@@ -22,6 +22,13 @@ A walk may cover only tables ``first_table .. tables - 1``: it starts at offsets
 naming that entry), and ends where ``num_indices`` says, so the caller gives the last entry's
 value there. The relaxed lookup's correction walks each chunk's tables this way; the position
 and gradient column of each table start come from ``started`` during an earlier full walk.
+
+With ``registered_offset_checks`` the offsets stream passes a register stage that compares
+each entry with the one before it and with ``num_indices`` as it is loaded, so a Bag-End
+decides from flip-flops: on an ECP5 the 32-bit comparisons of the arriving entry, after the
+word stream's handshake, into the status register's enable set the update engine's clock.
+The stage passes an entry a cycle later, once per walk (it fills while the walker is in
+Indices); the walk is otherwise the same, cycle for cycle.
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
@@ -29,6 +36,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .layouts import ErrorCode, PoolingMode, table_layout
+from .lookup import check_bool
 from .update_reciprocal import Reciprocal
 
 __all__ = ["OccurrenceWalker", "WalkMode", "error_layout", "occurrence_layout"]
@@ -68,6 +76,8 @@ class OccurrenceWalker(wiring.Component):
         Engine limits (sizes of the table number and of ``lines``).
     addr_width : int
         Byte address width; gradient addresses are line addresses (``addr_width - 6`` bits).
+    registered_offset_checks : bool
+        Compare each offsets entry in a register stage of its own (module docstring).
 
     Members
     -------
@@ -95,7 +105,9 @@ class OccurrenceWalker(wiring.Component):
         Held from the end of a walk to the next ``start``.
     """
 
-    def __init__(self, *, max_tables, max_dim, addr_width):
+    def __init__(self, *, max_tables, max_dim, addr_width, registered_offset_checks=False):
+        self._registered_offset_checks = check_bool("Registered offset checks",
+                                                    registered_offset_checks)
         self._max_tables = max_tables
         self._max_lines = max_dim // 16
         self._table_width = unsigned(max(max_tables - 1, 1)).width
@@ -134,6 +146,11 @@ class OccurrenceWalker(wiring.Component):
     @property
     def line_width(self):
         return self._line_width
+
+    @property
+    def offset_latency(self):
+        """Cycles from an offsets entry's acceptance to the walker's use of it."""
+        return int(self._registered_offset_checks)
 
     def elaborate(self, platform):
         m = Module()
@@ -180,8 +197,48 @@ class OccurrenceWalker(wiring.Component):
         with m.If(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
 
+        # The offsets entry the FSM looks at, and its comparisons with the entry before it
+        # (``bag_start`` wherever they are used) and with ``num_indices``.
+        idle = Signal()
+        take_offset = Signal()    # First and Bag-End take an entry when there is one
+        offset_valid = Signal()
+        offset = Signal(32)
+        below_previous = Signal()
+        equals_previous = Signal()
+        above_total = Signal()
+        equals_total = Signal()
+        last_entry = Signal()     # the next entry is the last (bag_number + 1 == bag_count)
+        if self._registered_offset_checks:
+            # ``offset`` keeps the entry loaded last (``first_position`` from ``start``): the
+            # one before each new entry.
+            loaded = self.offsets.valid & self.offsets.ready
+            word = self.offsets.payload
+            m.d.comb += self.offsets.ready.eq(~idle & (~offset_valid | take_offset))
+            with m.If(take_offset):
+                m.d.sync += offset_valid.eq(0)
+            with m.If(loaded):
+                m.d.sync += [offset_valid.eq(1), offset.eq(word),
+                             below_previous.eq(word < offset),
+                             equals_previous.eq(word == offset),
+                             above_total.eq(word > num_indices),
+                             equals_total.eq(word == num_indices)]
+            with m.If(idle & self.start):
+                m.d.sync += [offset_valid.eq(0), offset.eq(self.first_position)]
+        else:
+            m.d.comb += [
+                self.offsets.ready.eq(take_offset),
+                offset_valid.eq(self.offsets.valid),
+                offset.eq(self.offsets.payload),
+                below_previous.eq(offset < bag_start),
+                equals_previous.eq(offset == bag_start),
+                above_total.eq(offset > num_indices),
+                equals_total.eq(offset == num_indices),
+                last_entry.eq(bag_number + 1 == bag_count),
+            ]
+
         with m.FSM():
             with m.State("Idle"):  # a walk starts only from here
+                m.d.comb += idle.eq(1)
                 with m.If(self.start):
                     m.d.sync += [
                         mode.eq(self.mode),
@@ -204,9 +261,11 @@ class OccurrenceWalker(wiring.Component):
                     m.next = "First"
 
             with m.State("First"):
-                m.d.comb += self.offsets.ready.eq(1)
-                with m.If(self.offsets.valid):
-                    with m.If(self.offsets.payload != bag_start):
+                m.d.comb += take_offset.eq(1)
+                if self._registered_offset_checks:
+                    m.d.sync += last_entry.eq(bag_number + 1 == bag_count)
+                with m.If(offset_valid):
+                    with m.If(~equals_previous):
                         fail(ErrorCode.OFFSETS_NOT_FROM_ZERO, position_=bag_number,
                              table_=table)
                     with m.Elif((bag_count == 0) & (num_indices != 0)):
@@ -221,22 +280,20 @@ class OccurrenceWalker(wiring.Component):
                 m.d.comb += [self.started.eq(bag == 0), self.started_table.eq(table),
                              self.started_position.eq(bag_start),
                              self.started_column.eq(column)]
-                end = self.offsets.payload
-                m.d.comb += self.offsets.ready.eq(1)
-                with m.If(self.offsets.valid):
+                m.d.comb += take_offset.eq(1)
+                with m.If(offset_valid):
                     # Entry bag_number + 1 opens the next bag (or is the last entry).
                     wraps = bag + 1 == bags
                     here = dict(position_=bag_number + 1, table_=table + wraps,
                                 bag_=Mux(wraps, 0, bag + 1))
-                    with m.If(end < bag_start):
+                    with m.If(below_previous):
                         fail(ErrorCode.OFFSETS_DECREASING, **here)
-                    with m.Elif((end > num_indices) |
-                                ((bag_number + 1 == bag_count) & (end != num_indices))):
+                    with m.Elif(above_total | (last_entry & ~equals_total)):
                         fail(ErrorCode.OFFSETS_PAST_END, **here)
                     with m.Else():
-                        m.d.sync += [bag_end.eq(end), at_bag_end.eq(end == bag_start)]
+                        m.d.sync += [bag_end.eq(offset), at_bag_end.eq(equals_previous)]
                         with m.If(update & (descriptor.mode == PoolingMode.MEAN) &
-                                  (end != bag_start)):
+                                  ~equals_previous):
                             m.next = "Reciprocal"
                         with m.Else():
                             m.next = "Indices"
@@ -265,6 +322,8 @@ class OccurrenceWalker(wiring.Component):
                             bag_number.eq(bag_number + 1),
                             bag_start.eq(bag_end),
                         ]
+                        if self._registered_offset_checks:
+                            m.d.sync += last_entry.eq(bag_number + 2 == bag_count)
                         with m.If(bag + 1 == bags):
                             m.d.sync += [
                                 bag.eq(0),

@@ -118,12 +118,13 @@ def _words(scenario, name):
                          dtype=np.uint32).tolist()
 
 
-def _walk(scenario, mode, draw, span=None):
+def _walk(scenario, mode, draw, span=None, *, registered=False):
     """One walk with randomly stalling inputs and output; return (status, occurrences,
     starts: ``{table: (position, column)}`` as ``started`` showed them). ``span`` is
     ``(first_table, first_position, first_column, end_table, end_position)``: the walk of
     those tables only, fed the words from there on (as the engine's readers do)."""
-    dut = OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM, addr_width=ADDR_WIDTH)
+    dut = OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM, addr_width=ADDR_WIDTH,
+                           registered_offset_checks=registered)
     stall = random.Random(int(draw.integers(1 << 30)))
     occurrences, statuses, starts = [], [], {}
     command = scenario.command()
@@ -213,8 +214,9 @@ def _expected_occurrences(scenario):
     return result
 
 
+@pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
 @pytest.mark.parametrize("seed", range(3))
-def test_walker_reports_the_first_error_and_emits_occurrences(seed):
+def test_walker_reports_the_first_error_and_emits_occurrences(seed, registered):
     """Walks as the engine runs them (offsets, then indices, then update) stop at the first
     problem in the documented order; a clean update walk emits every occurrence in TBE order
     with its scale and gradient line."""
@@ -225,7 +227,7 @@ def test_walker_reports_the_first_error_and_emits_occurrences(seed):
             scenario = _index_mutation(draw, scenario)
         expected = expected_status(scenario, max_tables=MAX_TABLES, max_dim=MAX_DIM)
         for mode in WalkMode:
-            status, occurrences, _ = _walk(scenario, mode, draw)
+            status, occurrences, _ = _walk(scenario, mode, draw, registered=registered)
             if status[0] != ErrorCode.NONE:
                 break
         assert status == (expected["error"], expected["table"], expected["bag"],
@@ -234,7 +236,8 @@ def test_walker_reports_the_first_error_and_emits_occurrences(seed):
             assert occurrences == _expected_occurrences(scenario)
 
 
-def test_walker_walks_a_span_of_tables_from_where_a_whole_walk_saw_them_start():
+@pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
+def test_walker_walks_a_span_of_tables_from_where_a_whole_walk_saw_them_start(registered):
     """A whole walk shows where each table starts (``started``); a walk started there, of
     any run of tables, emits exactly their occurrences, as a correction pass needs. A first
     entry that does not hold the given position (memory changed since) is an error naming
@@ -246,7 +249,8 @@ def test_walker_walks_a_span_of_tables_from_where_a_whole_walk_saw_them_start():
         tables = len(scenario.tables)
         if scenario.bags == 0 or tables < 2 or scenario.indices.size == 0:
             continue
-        status, everything, starts = _walk(scenario, WalkMode.UPDATE, draw)
+        status, everything, starts = _walk(scenario, WalkMode.UPDATE, draw,
+                                           registered=registered)
         assert status[0] == ErrorCode.NONE
         columns = np.concatenate([[0], np.cumsum(scenario.dims)]) // 16
         assert starts == {t: (int(scenario.offsets[t * scenario.bags]), int(columns[t]))
@@ -255,11 +259,90 @@ def test_walker_walks_a_span_of_tables_from_where_a_whole_walk_saw_them_start():
         end = int(draw.integers(first + 1, tables + 1))
         end_position = int(scenario.offsets[end * scenario.bags])
         span = (first, *starts[first], end, end_position)
-        status, occurrences, _ = _walk(scenario, WalkMode.UPDATE, draw, span)
+        status, occurrences, _ = _walk(scenario, WalkMode.UPDATE, draw, span,
+                                       registered=registered)
         assert status[0] == ErrorCode.NONE
         assert occurrences == [o for o in everything if first <= o[0] < end]
         position, column = starts[first]
         status, _, _ = _walk(scenario, WalkMode.UPDATE, draw,
-                             (first, position + 1, column, end, end_position))
+                             (first, position + 1, column, end, end_position),
+                             registered=registered)
         assert status == (ErrorCode.OFFSETS_NOT_FROM_ZERO, first, 0, first * scenario.bags)
         spans += 1
+
+
+def test_walker_offset_checks_parameter():
+    """``registered_offset_checks`` is a yes/no parameter; its stage is a cycle of latency."""
+    with pytest.raises(TypeError, match=r"^Registered offset checks must be True or False, "
+                                        r"not 1$"):
+        OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM, addr_width=ADDR_WIDTH,
+                         registered_offset_checks=1)
+    for registered in (False, True):
+        walker = OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM,
+                                  addr_width=ADDR_WIDTH, registered_offset_checks=registered)
+        assert walker.offset_latency == int(registered)
+
+
+@pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
+def test_walker_finds_a_last_entry_short_of_the_indices(registered):
+    """A last offsets entry below ``num_indices`` (but not below the entry before it) is
+    ``OFFSETS_PAST_END``, however many bags come before it: only the entry's place in the
+    walk tells it from a good one."""
+    draw = np.random.default_rng(11)
+    walks = single_bag = 0
+    while walks < 8 or not single_bag:
+        scenario = _base(draw)
+        offsets = scenario.offsets.copy()
+        if scenario.bags == 0 or offsets[-1] <= offsets[-2]:
+            continue
+        if len(scenario.tables) * scenario.bags == 1:
+            single_bag += 1   # its first entry after entry 0 is the last
+        elif walks >= 8:
+            continue
+        offsets[-1] -= 1
+        scenario = corrupted(scenario, offsets=offsets)
+        expected = expected_status(scenario, max_tables=MAX_TABLES, max_dim=MAX_DIM)
+        assert expected["error"] == ErrorCode.OFFSETS_PAST_END
+        status, _, _ = _walk(scenario, WalkMode.OFFSETS, draw, registered=registered)
+        assert status == (expected["error"], expected["table"], expected["bag"],
+                          expected["position"])
+        walks += 1
+
+
+@pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
+def test_walker_leaves_no_entry_behind_after_an_error(registered):
+    """A walk that stops at an error leaves no offsets entry behind: the next walk on the
+    same walker (the engine's next command) starts from its own first entry."""
+    dut = OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM, addr_width=ADDR_WIDTH,
+                           registered_offset_checks=registered)
+    walks = [[0, 2, 1, 3, 4], [0, 1, 3, 4, 4]]   # the first decreases at entry 2
+    statuses = []
+
+    async def testbench(ctx):
+        for words in walks:
+            ctx.set(dut.mode, WalkMode.OFFSETS)
+            ctx.set(dut.bags, 2)
+            ctx.set(dut.tables, 2)
+            ctx.set(dut.num_indices, 4)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            for word in words:
+                ctx.set(dut.offsets.payload, word)
+                ctx.set(dut.offsets.valid, 1)
+                while True:
+                    _, _, taken, finished = await ctx.tick().sample(dut.offsets.ready,
+                                                                    dut.status.done)
+                    if taken or finished:
+                        break
+                if finished:
+                    break
+            ctx.set(dut.offsets.valid, 0)
+            while not ctx.get(dut.status.done):
+                await ctx.tick()
+            status = ctx.get(dut.status)
+            statuses.append((status.error, status.table, status.bag, status.position))
+            await ctx.tick()
+
+    pysim.simulate(dut, testbench, deadline=500)
+    assert statuses == [(ErrorCode.OFFSETS_DECREASING, 1, 0, 2), (ErrorCode.NONE, 0, 0, 0)]
