@@ -181,8 +181,10 @@ class UpdateEngine(wiring.Component):
         (a cycle more per command); the walker hands its occurrences to the gradient fetch
         through a skid buffer (:class:`hw.skid.SkidBuffer`: a cycle of latency, no loss of
         rate), and compares each offsets entry in a register stage of its own
-        (``OccurrenceWalker(registered_offset_checks=)``: a cycle more per walk). Results are
-        the same. Default False.
+        (``OccurrenceWalker(registered_offset_checks=)``: a cycle more per walk), and the
+        command checker's region checks from registers (``CommandChecker(
+        registered_region_checks=)``: a cycle more per table and buffer). Results are the
+        same. Default False.
     lane_fold : int
         Cycles a line takes through the multiplier and adder: folded
         :class:`~hw.fp.FPLanes` of ``16 / lane_fold`` units each, for FPGA builds that trade
@@ -453,7 +455,8 @@ class UpdateEngine(wiring.Component):
 
         checker = m.submodules.checker = CommandChecker(
             max_tables=self._max_tables, max_dim=self._max_dim,
-            num_regions=self._num_regions, addr_width=aw)
+            num_regions=self._num_regions, addr_width=aw,
+            registered_region_checks=self._fpga_pipelining)
         # In priority order: the walks' word streams and a bag's few lines first. They take
         # a line per 16 occurrences (or per bag), so they cost the row and gradient streams
         # little; behind those, which ask for a line every cycle, they would wait for a gap,

@@ -16,6 +16,11 @@ other location fields are 0). It is the order of the lookup engine's checker
    checked at all.
 
 A region is ``[base, base + size)``.
+
+With ``registered_region_checks`` each extent's end, ``base + size`` of every region and a
+copy of the regions are registers, so the region check compares flip-flops: on an ECP5 the
+carry chains of ``start + length`` and ``base + size``, behind the regions' long routes, set
+the update engine's clock. It costs a cycle per extent checked.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
@@ -23,6 +28,7 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from .layouts import ErrorCode, Opcode, PoolingMode, command_layout, region_layout, table_layout
+from .lookup import check_bool
 
 __all__ = ["CommandChecker"]
 
@@ -38,7 +44,8 @@ class _Item(enum.Enum, shape=3):
 
 
 class CommandChecker(wiring.Component):
-    """Sequential checker: about three cycles per table and per buffer.
+    """Sequential checker: about three cycles per table and per buffer (four with
+    ``registered_region_checks``, module docstring).
 
     Members
     -------
@@ -53,7 +60,9 @@ class CommandChecker(wiring.Component):
         Some table of the command is WEIGHTED (valid when done).
     """
 
-    def __init__(self, *, max_tables, max_dim, num_regions, addr_width):
+    def __init__(self, *, max_tables, max_dim, num_regions, addr_width,
+                 registered_region_checks=False):
+        self._registered = check_bool("Registered region checks", registered_region_checks)
         self._max_tables = max_tables
         self._max_dim = max_dim
         self._num_regions = num_regions
@@ -142,12 +151,30 @@ class CommandChecker(wiring.Component):
 
             with m.State("Length"):
                 m.d.sync += length.eq(factor_a * factor_b)
-                m.next = "Region"
+                m.next = "End" if self._registered else "Region"
+
+            if self._registered:
+                # The regions are stable from before ``start``: their copies and limits are
+                # right from two cycles after it, long before the first Region.
+                regions = Signal(data.ArrayLayout(region_layout(self._addr_width),
+                                                  self._num_regions))
+                limits = [Signal(_LENGTH_WIDTH + 1, name=f"limit_{r}")
+                          for r in range(self._num_regions)]
+                m.d.sync += [regions.eq(self.regions),
+                             *(limit.eq(region.base + region.size)
+                               for limit, region in zip(limits, regions, strict=True))]
+                end = Signal(_LENGTH_WIDTH + 1)
+                with m.State("End"):
+                    m.d.sync += end.eq(start + length)
+                    m.next = "Region"
+            else:
+                regions = self.regions
+                limits = [region.base + region.size for region in regions]
+                end = start + length
 
             with m.State("Region"):
-                end = start + length
-                inside = [region.enable & (start >= region.base) &
-                          (end <= region.base + region.size) for region in self.regions]
+                inside = [region.enable & (start >= region.base) & (end <= limit)
+                          for region, limit in zip(regions, limits, strict=True)]
                 with m.If((length != 0) & ~Cat(*inside).any()):
                     fail(ErrorCode.ADDRESS_OUT_OF_REGION, Mux(item == _Item.TABLE, table, 0))
                 with m.Else():

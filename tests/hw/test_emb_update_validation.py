@@ -60,16 +60,10 @@ def _descriptor_mutation(draw, scenario):
     return corrupted(scenario, bags=0, addresses={**scenario.addresses, "output": 0x3})
 
 
-def test_checker_follows_the_documented_order():
-    draw = np.random.default_rng(11)
-    cases = []
-    for _ in range(60):
-        scenario = _base(draw)
-        for _ in range(int(draw.integers(1, 4))):
-            scenario = _descriptor_mutation(draw, scenario)
-        cases.append(scenario)
+def _check_commands(cases, *, registered):
+    """Run the checker over ``cases``; return the error kinds it expected and saw."""
     dut = CommandChecker(max_tables=MAX_TABLES, max_dim=MAX_DIM, num_regions=REGIONS,
-                         addr_width=ADDR_WIDTH)
+                         addr_width=ADDR_WIDTH, registered_region_checks=registered)
     seen = set()
 
     async def testbench(ctx):
@@ -91,7 +85,41 @@ def test_checker_follows_the_documented_order():
             seen.add(expected["error"])
 
     pysim.simulate(dut, testbench, deadline=10_000)
+    return seen
+
+
+@pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
+def test_checker_follows_the_documented_order(registered):
+    draw = np.random.default_rng(11)
+    cases = []
+    for _ in range(60):
+        scenario = _base(draw)
+        for _ in range(int(draw.integers(1, 4))):
+            scenario = _descriptor_mutation(draw, scenario)
+        cases.append(scenario)
+    seen = _check_commands(cases, registered=registered)
     assert seen >= CHECKER_ERRORS - {ErrorCode.BAD_OPCODE} | {ErrorCode.NONE}
+
+
+@pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
+def test_checker_region_ends_to_the_line(registered):
+    """A gradient buffer that ends exactly at its region's end is inside; one line less of
+    region and it is out (a region is ``[base, base + size)``)."""
+    draw = np.random.default_rng(5)
+    cases = []
+    while len(cases) < 8:
+        scenario = _base(draw)
+        command = scenario.command()
+        gradient_bytes = command["bags"] * sum(scenario.dims) * 4
+        if gradient_bytes == 0:
+            continue
+        end = command["output"] + -(-gradient_bytes // 64) * 64
+        (tables_region, (base, _, enable), disabled) = scenario.regions
+        for size in (end - base, end - base - 64):
+            cases.append(corrupted(scenario, regions=[tables_region, (base, size, enable),
+                                                      disabled]))
+    seen = _check_commands(cases, registered=registered)
+    assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
 
 
 def _index_mutation(draw, scenario):
@@ -346,3 +374,10 @@ def test_walker_leaves_no_entry_behind_after_an_error(registered):
 
     pysim.simulate(dut, testbench, deadline=500)
     assert statuses == [(ErrorCode.OFFSETS_DECREASING, 1, 0, 2), (ErrorCode.NONE, 0, 0, 0)]
+
+
+def test_checker_region_checks_parameter():
+    with pytest.raises(TypeError, match=r"^Registered region checks must be True or False, "
+                                        r"not 'yes'$"):
+        CommandChecker(max_tables=MAX_TABLES, max_dim=MAX_DIM, num_regions=REGIONS,
+                       addr_width=ADDR_WIDTH, registered_region_checks="yes")
