@@ -181,7 +181,7 @@ class UpdateEngine(wiring.Component):
         (a cycle more per command); the walker hands its occurrences to the gradient fetch
         through a skid buffer (:class:`hw.skid.SkidBuffer`: a cycle of latency, no loss of
         rate), and compares each offsets entry in a register stage of its own
-        (``OccurrenceWalker(registered_offset_checks=)``: a cycle more per walk), and the
+        (``OccurrenceWalker(registered_checks=)``: a cycle more per walk), and the
         command checker's region checks from registers (``CommandChecker(
         registered_region_checks=)``: a cycle more per table and buffer). Results are the
         same. Default False.
@@ -483,7 +483,7 @@ class UpdateEngine(wiring.Component):
                    for name in ("offsets", "indices", "weights")}
         walker = per_command("walker", OccurrenceWalker(
             max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
-            registered_offset_checks=self._fpga_pipelining))
+            registered_checks=self._fpga_pipelining))
         gradient_fetch = per_command("gradient_fetch", GradientFetch(
             table_width=walker.table_width, line_width=walker.line_width,
             line_address_width=line_address_width))
@@ -610,7 +610,7 @@ class UpdateEngine(wiring.Component):
                 for name in ("offsets", "indices", "weights")}
             deferred_walker = per_command("deferred_walker", OccurrenceWalker(
                 max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
-                registered_offset_checks=self._fpga_pipelining))
+                registered_checks=self._fpga_pipelining))
             corrector = per_command("corrector", CorrectionSequencer(
                 max_tables=self._max_tables, addr_width=aw, table_width=walker.table_width,
                 line_width=walker.line_width, slot_width=Shape.cast(range(capacity)).width,

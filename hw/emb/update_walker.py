@@ -23,12 +23,18 @@ naming that entry), and ends where ``num_indices`` says, so the caller gives the
 value there. The relaxed lookup's correction walks each chunk's tables this way; the position
 and gradient column of each table start come from ``started`` during an earlier full walk.
 
-With ``registered_offset_checks`` the offsets stream passes a register stage that compares
-each entry with the one before it and with ``num_indices`` as it is loaded, so a Bag-End
-decides from flip-flops: on an ECP5 the 32-bit comparisons of the arriving entry, after the
-word stream's handshake, into the status register's enable set the update engine's clock.
-The stage passes an entry a cycle later, once per walk (it fills while the walker is in
-Indices); the walk is otherwise the same, cycle for cycle.
+With ``registered_checks`` the checks compare registers:
+
+* the offsets stream passes a register stage that compares each entry with the one before it
+  and with ``num_indices`` as it is loaded, so a Bag-End decides from flip-flops: on an ECP5
+  the 32-bit comparisons of the arriving entry, after the word stream's handshake, into the
+  status register's enable set the update engine's clock. The stage passes an entry a cycle
+  later, once per walk (it fills while the walker is in Indices);
+* an index is compared with its table's ``rows`` held in a register (loaded every cycle from
+  the descriptor of the current table, which changes at least a cycle before Indices), not
+  chosen from the descriptors in front of the indices' ``ready``.
+
+The walk is otherwise the same, cycle for cycle.
 """
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
@@ -76,8 +82,8 @@ class OccurrenceWalker(wiring.Component):
         Engine limits (sizes of the table number and of ``lines``).
     addr_width : int
         Byte address width; gradient addresses are line addresses (``addr_width - 6`` bits).
-    registered_offset_checks : bool
-        Compare each offsets entry in a register stage of its own (module docstring).
+    registered_checks : bool
+        Compare offsets entries and indices with registers (module docstring).
 
     Members
     -------
@@ -105,9 +111,9 @@ class OccurrenceWalker(wiring.Component):
         Held from the end of a walk to the next ``start``.
     """
 
-    def __init__(self, *, max_tables, max_dim, addr_width, registered_offset_checks=False):
-        self._registered_offset_checks = check_bool("Registered offset checks",
-                                                    registered_offset_checks)
+    def __init__(self, *, max_tables, max_dim, addr_width, registered_checks=False):
+        self._registered_checks = check_bool("Registered checks",
+                                                    registered_checks)
         self._max_tables = max_tables
         self._max_lines = max_dim // 16
         self._table_width = unsigned(max(max_tables - 1, 1)).width
@@ -150,7 +156,7 @@ class OccurrenceWalker(wiring.Component):
     @property
     def offset_latency(self):
         """Cycles from an offsets entry's acceptance to the walker's use of it."""
-        return int(self._registered_offset_checks)
+        return int(self._registered_checks)
 
     def elaborate(self, platform):
         m = Module()
@@ -182,6 +188,11 @@ class OccurrenceWalker(wiring.Component):
         descriptor = self.descriptors[table[:self._table_width]]
         lines = Signal(self._line_width)
         m.d.comb += lines.eq(descriptor.dim >> 4)
+        table_rows = Signal(32)
+        if self._registered_checks:
+            m.d.sync += table_rows.eq(descriptor.rows)
+        else:
+            m.d.comb += table_rows.eq(descriptor.rows)
 
         def fail(code, *, position_, table_=0, bag_=0):
             m.d.sync += [
@@ -208,7 +219,7 @@ class OccurrenceWalker(wiring.Component):
         above_total = Signal()
         equals_total = Signal()
         last_entry = Signal()     # the next entry is the last (bag_number + 1 == bag_count)
-        if self._registered_offset_checks:
+        if self._registered_checks:
             # ``offset`` keeps the entry loaded last (``first_position`` from ``start``): the
             # one before each new entry.
             loaded = self.offsets.valid & self.offsets.ready
@@ -262,7 +273,7 @@ class OccurrenceWalker(wiring.Component):
 
             with m.State("First"):
                 m.d.comb += take_offset.eq(1)
-                if self._registered_offset_checks:
+                if self._registered_checks:
                     m.d.sync += last_entry.eq(bag_number + 1 == bag_count)
                 with m.If(offset_valid):
                     with m.If(~equals_previous):
@@ -322,7 +333,7 @@ class OccurrenceWalker(wiring.Component):
                             bag_number.eq(bag_number + 1),
                             bag_start.eq(bag_end),
                         ]
-                        if self._registered_offset_checks:
+                        if self._registered_checks:
                             m.d.sync += last_entry.eq(bag_number + 2 == bag_count)
                         with m.If(bag + 1 == bags):
                             m.d.sync += [
@@ -343,7 +354,7 @@ class OccurrenceWalker(wiring.Component):
                     ready = (self.indices.valid & (self.weights.valid | ~weighted) &
                              (output_free | ~update))
                     with m.If(ready):
-                        with m.If(index >= descriptor.rows):
+                        with m.If(index >= table_rows):
                             fail(ErrorCode.INDEX_OUT_OF_RANGE, position_=position,
                                  table_=table, bag_=bag)
                         with m.Else():

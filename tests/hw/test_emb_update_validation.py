@@ -152,7 +152,7 @@ def _walk(scenario, mode, draw, span=None, *, registered=False):
     ``(first_table, first_position, first_column, end_table, end_position)``: the walk of
     those tables only, fed the words from there on (as the engine's readers do)."""
     dut = OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM, addr_width=ADDR_WIDTH,
-                           registered_offset_checks=registered)
+                           registered_checks=registered)
     stall = random.Random(int(draw.integers(1 << 30)))
     occurrences, statuses, starts = [], [], {}
     command = scenario.command()
@@ -300,14 +300,14 @@ def test_walker_walks_a_span_of_tables_from_where_a_whole_walk_saw_them_start(re
 
 
 def test_walker_offset_checks_parameter():
-    """``registered_offset_checks`` is a yes/no parameter; its stage is a cycle of latency."""
-    with pytest.raises(TypeError, match=r"^Registered offset checks must be True or False, "
+    """``registered_checks`` is a yes/no parameter; its stage is a cycle of latency."""
+    with pytest.raises(TypeError, match=r"^Registered checks must be True or False, "
                                         r"not 1$"):
         OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM, addr_width=ADDR_WIDTH,
-                         registered_offset_checks=1)
+                         registered_checks=1)
     for registered in (False, True):
         walker = OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM,
-                                  addr_width=ADDR_WIDTH, registered_offset_checks=registered)
+                                  addr_width=ADDR_WIDTH, registered_checks=registered)
         assert walker.offset_latency == int(registered)
 
 
@@ -342,7 +342,7 @@ def test_walker_leaves_no_entry_behind_after_an_error(registered):
     """A walk that stops at an error leaves no offsets entry behind: the next walk on the
     same walker (the engine's next command) starts from its own first entry."""
     dut = OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM, addr_width=ADDR_WIDTH,
-                           registered_offset_checks=registered)
+                           registered_checks=registered)
     walks = [[0, 2, 1, 3, 4], [0, 1, 3, 4, 4]]   # the first decreases at entry 2
     statuses = []
 
