@@ -30,6 +30,9 @@ With ``registered_checks`` the checks compare registers:
   the 32-bit comparisons of the arriving entry, after the word stream's handshake, into the
   status register's enable set the update engine's clock. The stage passes an entry a cycle
   later, once per walk (it fills while the walker is in Indices);
+* whether the bag is the walk's last and its table's last are registers, kept as the walk
+  moves from bag to bag, not 24- and 16-bit comparisons in front of the status and of the
+  walk's next bag;
 * an index is compared with its table's ``rows`` held in a register (loaded every cycle from
   the descriptor of the current table, which changes at least a cycle before Indices), not
   chosen from the descriptors in front of the indices' ``ready``.
@@ -219,6 +222,7 @@ class OccurrenceWalker(wiring.Component):
         above_total = Signal()
         equals_total = Signal()
         last_entry = Signal()     # the next entry is the last (bag_number + 1 == bag_count)
+        wraps = Signal()          # this bag is its table's last (bag + 1 == bags)
         if self._registered_checks:
             # ``offset`` keeps the entry loaded last (``first_position`` from ``start``): the
             # one before each new entry.
@@ -245,6 +249,7 @@ class OccurrenceWalker(wiring.Component):
                 above_total.eq(offset > num_indices),
                 equals_total.eq(offset == num_indices),
                 last_entry.eq(bag_number + 1 == bag_count),
+                wraps.eq(bag + 1 == bags),
             ]
 
         with m.FSM():
@@ -274,7 +279,8 @@ class OccurrenceWalker(wiring.Component):
             with m.State("First"):
                 m.d.comb += take_offset.eq(1)
                 if self._registered_checks:
-                    m.d.sync += last_entry.eq(bag_number + 1 == bag_count)
+                    m.d.sync += [last_entry.eq(bag_number + 1 == bag_count),
+                                 wraps.eq(bag + 1 == bags)]
                 with m.If(offset_valid):
                     with m.If(~equals_previous):
                         fail(ErrorCode.OFFSETS_NOT_FROM_ZERO, position_=bag_number,
@@ -294,7 +300,6 @@ class OccurrenceWalker(wiring.Component):
                 m.d.comb += take_offset.eq(1)
                 with m.If(offset_valid):
                     # Entry bag_number + 1 opens the next bag (or is the last entry).
-                    wraps = bag + 1 == bags
                     here = dict(position_=bag_number + 1, table_=table + wraps,
                                 bag_=Mux(wraps, 0, bag + 1))
                     with m.If(below_previous):
@@ -325,7 +330,7 @@ class OccurrenceWalker(wiring.Component):
 
             with m.State("Indices"):
                 with m.If(at_bag_end):
-                    with m.If(bag_number + 1 == bag_count):
+                    with m.If(last_entry):
                         m.d.sync += self.status.done.eq(1)
                         m.next = "Idle"
                     with m.Else():
@@ -335,7 +340,9 @@ class OccurrenceWalker(wiring.Component):
                         ]
                         if self._registered_checks:
                             m.d.sync += last_entry.eq(bag_number + 2 == bag_count)
-                        with m.If(bag + 1 == bags):
+                        with m.If(wraps):
+                            if self._registered_checks:
+                                m.d.sync += wraps.eq(bags == 1)
                             m.d.sync += [
                                 bag.eq(0),
                                 table.eq(table + 1),
@@ -343,6 +350,8 @@ class OccurrenceWalker(wiring.Component):
                                 bag_line.eq(gradient),
                             ]
                         with m.Else():
+                            if self._registered_checks:
+                                m.d.sync += wraps.eq(bag + 2 == bags)
                             m.d.sync += [bag.eq(bag + 1), bag_line.eq(bag_line + row_lines)]
                         m.next = "Bag-End"
                 with m.Elif(mode == WalkMode.OFFSETS):
