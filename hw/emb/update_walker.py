@@ -35,7 +35,9 @@ With ``registered_checks`` the checks compare registers:
   walk's next bag;
 * an index is compared with its table's ``rows`` held in a register (loaded every cycle from
   the descriptor of the current table, which changes at least a cycle before Indices), not
-  chosen from the descriptors in front of the indices' ``ready``.
+  chosen from the descriptors, and an index (with its weight) is taken whatever it is: a bad
+  one ends the walk, so the comparison decides only the occurrence's ``valid``, the status
+  and the state, not the streams' ``ready``.
 
 The walk is otherwise the same, cycle for cycle.
 """
@@ -363,10 +365,9 @@ class OccurrenceWalker(wiring.Component):
                     ready = (self.indices.valid & (self.weights.valid | ~weighted) &
                              (output_free | ~update))
                     with m.If(ready):
-                        with m.If(index >= table_rows):
-                            fail(ErrorCode.INDEX_OUT_OF_RANGE, position_=position,
-                                 table_=table, bag_=bag)
-                        with m.Else():
+                        bad = index >= table_rows
+
+                        def take():
                             m.d.comb += [
                                 self.indices.ready.eq(1),
                                 self.weights.ready.eq(weighted),
@@ -375,7 +376,6 @@ class OccurrenceWalker(wiring.Component):
                                          at_bag_end.eq(position + 1 == bag_end)]
                             with m.If(update):
                                 m.d.sync += [
-                                    self.o.valid.eq(1),
                                     self.o.payload.table.eq(table),
                                     self.o.payload.row.eq(index),
                                     self.o.payload.lines.eq(lines),
@@ -389,5 +389,28 @@ class OccurrenceWalker(wiring.Component):
                                         m.d.sync += self.o.payload.scale.eq(mean_scale)
                                     with m.Default():
                                         m.d.sync += self.o.payload.scale.eq(_ONE)
+
+                        def emit():
+                            with m.If(update):
+                                m.d.sync += self.o.valid.eq(1)
+
+                        if self._registered_checks:
+                            # Taken whatever the index (a bad one ends the walk anyway), so
+                            # the comparison reaches only the output's valid, the status
+                            # and the state, not the streams' readies and the registers
+                            # they load.
+                            take()
+                            with m.If(bad):
+                                fail(ErrorCode.INDEX_OUT_OF_RANGE, position_=position,
+                                     table_=table, bag_=bag)
+                            with m.Else():
+                                emit()
+                        else:
+                            with m.If(bad):
+                                fail(ErrorCode.INDEX_OUT_OF_RANGE, position_=position,
+                                     table_=table, bag_=bag)
+                            with m.Else():
+                                take()
+                                emit()
 
         return m

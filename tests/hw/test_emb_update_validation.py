@@ -262,6 +262,13 @@ def test_walker_reports_the_first_error_and_emits_occurrences(seed, registered):
                           expected["position"])
         if expected["error"] == ErrorCode.NONE:
             assert occurrences == _expected_occurrences(scenario)
+        elif expected["error"] == ErrorCode.INDEX_OUT_OF_RANGE:
+            # An update walk over memory changed since its validation stops at the bad
+            # index too, having emitted only the occurrences before it.
+            status, occurrences, _ = _walk(scenario, WalkMode.UPDATE, draw,
+                                           registered=registered)
+            assert status[0] == ErrorCode.INDEX_OUT_OF_RANGE
+            assert occurrences == _expected_occurrences(scenario)[:status[3]]
 
 
 @pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
