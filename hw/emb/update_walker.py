@@ -117,8 +117,7 @@ class OccurrenceWalker(wiring.Component):
     """
 
     def __init__(self, *, max_tables, max_dim, addr_width, registered_checks=False):
-        self._registered_checks = check_bool("Registered checks",
-                                                    registered_checks)
+        self._registered_checks = check_bool("Registered checks", registered_checks)
         self._max_tables = max_tables
         self._max_lines = max_dim // 16
         self._table_width = unsigned(max(max_tables - 1, 1)).width
