@@ -138,12 +138,10 @@ class LookupEngine(wiring.Component):
         into a register (:mod:`hw.emb.pool`; the accumulators are LUT RAM there), and the
         issuer compares with the index and weight limits of the cycle before and forms each
         row op from registers (:class:`~hw.emb.gather.GatherIssuer`), as the bag sequencer
-        does each bag's descriptor (:class:`~hw.emb.bags.BagSequencer`); the offsets
-        validator compares each window of entries a cycle after taking it, from registers
-        (:class:`~hw.emb.validate.OffsetsValidator`); each FP lane gets its own copy of the
-        pooler's operand choice and factor registers, and each 32-bit lane of the offset and
-        index line streams its own copy of their read pointer (:mod:`hw.fanout`). Needs a
-        multiplier of at least two stages. Default False.
+        does each bag's descriptor (:class:`~hw.emb.bags.BagSequencer`); each FP lane gets
+        its own copy of the pooler's operand choice and factor registers, and each 32-bit
+        lane of the offset and index line streams its own copy of their read pointer
+        (:mod:`hw.fanout`). Needs a multiplier of at least two stages. Default False.
     lane_fold : int
         Cycles a line takes through the pooler's multiplier and adder, folded
         :class:`~hw.fp.FPLanes` of ``16 / lane_fold`` units each (1, 2, 4, 8 or 16): an FPGA
@@ -306,7 +304,11 @@ class LookupEngine(wiring.Component):
         m.submodules.offsets_use = offsets_use = LinePrefetch(pointer_copies=pointer_copies)
         m.submodules.indices_check = indices_check = LinePrefetch(pointer_copies=pointer_copies)
         m.submodules.offsets_validator = offsets_validator = OffsetsValidator(
-            max_tables=self._max_tables, registered_window=self._fpga_pipelining)
+            # Not registered_window: with it the lookup's control alone closed lower on the
+            # ULX3S (49.6 and 49.2 MHz at seeds 1 and 2, against 54.7 and 51.3), the
+            # read-address chain from `keep` to the issuer's row queue then leading
+            # (docs/measurements.md, "Checks from registers").
+            max_tables=self._max_tables)
         m.submodules.index_validator = index_validator = IndexValidator(
             max_tables=self._max_tables, addr_width=aw,
             replicated_rows=self._fpga_pipelining)
