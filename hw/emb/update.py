@@ -181,7 +181,8 @@ class UpdateEngine(wiring.Component):
         (a cycle more per command); the walker hands its occurrences to the gradient fetch
         through a skid buffer (:class:`hw.skid.SkidBuffer`: a cycle of latency, no loss of
         rate), and compares each offsets entry in a register stage of its own
-        (``OccurrenceWalker(registered_checks=)``: a cycle more per walk), and the
+        (``OccurrenceWalker(registered_checks=)``: a cycle more per walk, 12 more per MEAN
+        bag), and the
         command checker's region checks from registers (``CommandChecker(
         registered_region_checks=)``: a cycle more per table and buffer). Results are the
         same. Default False.

@@ -316,6 +316,7 @@ def test_walker_offset_checks_parameter():
         walker = OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM,
                                   addr_width=ADDR_WIDTH, registered_checks=registered)
         assert walker.offset_latency == int(registered)
+        assert walker.reciprocal_steps_per_cycle == (1 if registered else 2)
 
 
 @pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
