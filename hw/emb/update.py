@@ -180,12 +180,10 @@ class UpdateEngine(wiring.Component):
         and the per-command reset comes from a flip-flop, a cycle after a command is accepted
         (a cycle more per command); the walker hands its occurrences to the gradient fetch
         through a skid buffer (:class:`hw.skid.SkidBuffer`: a cycle of latency, no loss of
-        rate), and compares each offsets entry in a register stage of its own
-        (``OccurrenceWalker(registered_checks=)``: a cycle more per walk, 12 more per MEAN
-        bag), and the
-        command checker's region checks from registers (``CommandChecker(
-        registered_region_checks=)``: a cycle more per table and buffer). Results are the
-        same. Default False.
+        rate); the walker's checks compare registers (``OccurrenceWalker(
+        registered_checks=)``: a cycle more per walk, 12 more per MEAN bag), as do the
+        command checker's region checks (``CommandChecker(registered_region_checks=)``: a
+        cycle more per table and buffer). Results are the same. Default False.
     lane_fold : int
         Cycles a line takes through the multiplier and adder: folded
         :class:`~hw.fp.FPLanes` of ``16 / lane_fold`` units each, for FPGA builds that trade
