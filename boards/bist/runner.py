@@ -217,24 +217,20 @@ class CheckRunner(wiring.Component):
                 staged_extra | ~checks[0].match(staged_actual, staged_expected)))
         else:
             # The result is held while its slices are compared with the ROM's, one a cycle;
-            # each slice's address goes out the cycle before it is compared. Both come from
-            # registers: the held result shifts a slice down each beat (no multiplexer chosen
-            # by the beat in front of the comparison), and the ROM reads the next result's
-            # first slice whenever no result is being compared, so whether the device hands
-            # over a result (``take``) does not reach the ROM's address.
+            # each slice's address goes out the cycle before it is compared.
             beat = Signal(range(beats))
             held = Signal(checks[0].expected_width)
-            next_slice = Signal(range(n_expected * beats + 1))  # of the held result
+            held_index = Signal.like(received)
             held_extra = Signal()
             differs = Signal()  # an earlier slice of the held result
-            m.d.comb += expected_port.addr.eq(Mux(comparing, next_slice, received * beats))
             with m.If(take):
+                m.d.comb += expected_port.addr.eq(received * beats)
                 m.d.sync += [comparing.eq(1), beat.eq(0), held.eq(dut_o.payload),
-                             next_slice.eq(received * beats + 1), held_extra.eq(all_received),
+                             held_index.eq(received), held_extra.eq(all_received),
                              differs.eq(0)]
             with m.If(comparing):
-                mismatch = held[:slice_width] != expected_port.data
-                m.d.sync += [held.eq(held >> slice_width), next_slice.eq(next_slice + 1)]
+                m.d.comb += expected_port.addr.eq(held_index * beats + beat + 1)
+                mismatch = held.word_select(beat, slice_width) != expected_port.data
                 with m.If(beat == beats - 1):
                     m.d.sync += comparing.eq(0)
                     m.d.comb += wrong.eq(held_extra | differs | mismatch)
