@@ -59,6 +59,7 @@ from .layouts import (
     status_layout,
     table_layout,
 )
+from .params import check_bool
 from .pool import Pooler
 from .validate import ERROR_LAYOUT, IndexValidator, OffsetsMode, OffsetsValidator
 
@@ -80,13 +81,6 @@ def check_int(name, value, *, minimum, maximum=None, power_of_two=False, multipl
         raise ValueError(f"{name} must be a power of two, not {value!r}")
     if multiple_of and value % multiple_of:
         raise ValueError(f"{name} must be a multiple of {multiple_of}, not {value!r}")
-    return value
-
-
-def check_bool(name, value):
-    """Validate a yes/no parameter (a ``bool``, not any truthy value)."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, not {value!r}")
     return value
 
 

@@ -28,7 +28,7 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from .layouts import ErrorCode, Opcode, PoolingMode, command_layout, region_layout, table_layout
-from .lookup import check_bool
+from .params import check_bool
 
 __all__ = ["CommandChecker"]
 

@@ -49,7 +49,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .layouts import ErrorCode, PoolingMode, table_layout
-from .lookup import check_bool
+from .params import check_bool
 from .update_reciprocal import Reciprocal
 
 __all__ = ["OccurrenceWalker", "WalkMode", "error_layout", "occurrence_layout"]

@@ -15,6 +15,7 @@ from amaranth.utils import exact_log2
 
 from ..fanout import lane_copies
 from .layouts import ErrorCode, table_layout
+from .params import check_bool
 
 __all__ = ["IndexValidator", "OffsetsMode", "OffsetsValidator", "first_set", "lane_mask"]
 
@@ -100,11 +101,8 @@ class OffsetsValidator(wiring.Component):
     """
 
     def __init__(self, *, max_tables, registered_window=False):
-        if not isinstance(registered_window, bool):
-            raise TypeError(f"Registered window must be True or False, not "
-                            f"{registered_window!r}")
         self._max_tables = max_tables
-        self._registered_window = registered_window
+        self._registered_window = check_bool("Registered window", registered_window)
         super().__init__({
             "start": In(1),
             "mode": In(OffsetsMode),
@@ -386,10 +384,8 @@ class IndexValidator(wiring.Component):
     """
 
     def __init__(self, *, max_tables, addr_width, replicated_rows=False):
-        if not isinstance(replicated_rows, bool):
-            raise TypeError(f"Replicated rows must be True or False, not {replicated_rows!r}")
         self._max_tables = max_tables
-        self._replicated_rows = replicated_rows
+        self._replicated_rows = check_bool("Replicated rows", replicated_rows)
         super().__init__({
             "start": In(1),
             "num_indices": In(32),
