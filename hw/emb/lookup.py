@@ -47,6 +47,7 @@ from hw.mem.line_stream import LinePrefetch, LineStream
 from hw.mem.line_writer import LineWriter
 from hw.mem.reorder import ReadReorderBuffer
 
+from ..params import check_bool
 from .bags import BagSequencer, check_mean_reciprocal
 from .checks import CommandChecker
 from .gather import GatherIssuer
@@ -59,7 +60,6 @@ from .layouts import (
     status_layout,
     table_layout,
 )
-from .params import check_bool
 from .pool import Pooler
 from .validate import ERROR_LAYOUT, IndexValidator, OffsetsMode, OffsetsValidator
 
@@ -135,7 +135,9 @@ class LookupEngine(wiring.Component):
         does each bag's descriptor (:class:`~hw.emb.bags.BagSequencer`); each FP lane gets
         its own copy of the pooler's operand choice and factor registers, and each 32-bit
         lane of the offset and index line streams its own copy of their read pointer
-        (:mod:`hw.fanout`). Needs a multiplier of at least two stages. Default False.
+        (:mod:`hw.fanout`); and the offset, index and weight windows ask for lines from
+        registers (:class:`~hw.mem.line_stream.LineStream`, ``registered_fetch``). Needs a
+        multiplier of at least two stages. Default False.
     lane_fold : int
         Cycles a line takes through the pooler's multiplier and adder, folded
         :class:`~hw.fp.FPLanes` of ``16 / lane_fold`` units each (1, 2, 4, 8 or 16): an FPGA
@@ -283,11 +285,14 @@ class LookupEngine(wiring.Component):
         m.submodules.checker = checker = CommandChecker(
             max_tables=self._max_tables, max_dim=self._max_dim,
             num_regions=self._num_regions, addr_width=aw)
-        windows = {
-            "offsets": LineStream(capacity=self._offset_depth // LANES, addr_width=law),
-            "indices": LineStream(capacity=self._index_depth // LANES, addr_width=law),
-            "weights": LineStream(capacity=self._index_depth // LANES, addr_width=law),
-        }
+        # With fpga_pipelining each window's read request comes from flip-flops: its room
+        # check was in front of the read-address priority, the reorder buffer's `ready` and
+        # the issuer's row queue (the lookup's longest path on the ULX3S).
+        windows = {name: LineStream(capacity=depth // LANES, addr_width=law,
+                                    registered_fetch=self._fpga_pipelining)
+                   for name, depth in (("offsets", self._offset_depth),
+                                       ("indices", self._index_depth),
+                                       ("weights", self._index_depth))}
         for name, window in windows.items():
             m.submodules[f"{name}_window"] = window
         # With fpga_pipelining each 32-bit lane of a line is picked by its own pointer copy,

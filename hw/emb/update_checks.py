@@ -27,8 +27,8 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..params import check_bool
 from .layouts import ErrorCode, Opcode, PoolingMode, command_layout, region_layout, table_layout
-from .params import check_bool
 
 __all__ = ["CommandChecker"]
 

@@ -48,8 +48,8 @@ from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..params import check_bool
 from .layouts import ErrorCode, PoolingMode, table_layout
-from .params import check_bool
 from .update_reciprocal import Reciprocal
 
 __all__ = ["OccurrenceWalker", "WalkMode", "error_layout", "occurrence_layout"]

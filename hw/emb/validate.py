@@ -14,8 +14,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from ..fanout import lane_copies
+from ..params import check_bool
 from .layouts import ErrorCode, table_layout
-from .params import check_bool
 
 __all__ = ["IndexValidator", "OffsetsMode", "OffsetsValidator", "first_set", "lane_mask"]
 

@@ -15,6 +15,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from hw.fanout import lane_copies
+from hw.params import check_bool
 
 __all__ = ["LinePrefetch", "LineStream"]
 
@@ -54,12 +55,21 @@ class LineStream(wiring.Component):
         A response carried an error since ``start``.
     check_addr, check_data, use_addr, use_data :
         Two read ports into the window (line numbers since ``start``; data one cycle later).
+
+    With ``registered_fetch`` ``ar.valid`` comes from flip-flops: whether lines are left to
+    read and whether the window has room for the next one are registers, loaded each cycle from
+    the next ``issued`` count and this cycle's ``freed``. ``freed`` only grows after ``start``,
+    so a value a cycle old is a safe bound: a read waits a cycle longer only when the window is
+    full and a line has just been freed. Without, ``ar.valid`` is a 32-bit subtraction and
+    comparison of ``freed``, which sits in front of the read-address arbiter that ranks this
+    stream's reads above the others (the lookup's longest path on an ECP5).
     """
 
-    def __init__(self, *, capacity, addr_width, line_width=512):
+    def __init__(self, *, capacity, addr_width, line_width=512, registered_fetch=False):
         if not isinstance(capacity, int) or capacity < 2 or capacity & (capacity - 1):
             raise ValueError(f"Capacity must be a power of two, at least 2, not {capacity!r}")
         self._capacity = capacity
+        self._registered_fetch = check_bool("Registered fetch", registered_fetch)
         self._line_width = line_width
         super().__init__({
             "start": In(1),
@@ -83,6 +93,10 @@ class LineStream(wiring.Component):
     def capacity(self):
         return self._capacity
 
+    @property
+    def registered_fetch(self):
+        return self._registered_fetch
+
     def elaborate(self, platform):
         m = Module()
         slot_bits = exact_log2(self._capacity)
@@ -97,9 +111,24 @@ class LineStream(wiring.Component):
         issued = Signal(COUNT_WIDTH)
         written = Signal(COUNT_WIDTH)
 
-        in_window = (issued - self.freed)[:COUNT_WIDTH] < self._capacity
+        def has_room(lines_issued):
+            return (lines_issued - self.freed)[:COUNT_WIDTH] < self._capacity
+
+        fetched = self.ar.valid & self.ar.ready
+        if self._registered_fetch:
+            lines_left = Signal()  # issued != count
+            room = Signal()        # issued - freed < capacity
+            next_issued = (issued + fetched)[:COUNT_WIDTH]
+            with m.If(self.start):
+                # Nothing issued and (freed counting from this start) nothing freed: room.
+                m.d.sync += [lines_left.eq(self.count != 0), room.eq(1)]
+            with m.Else():
+                m.d.sync += [lines_left.eq(next_issued != count), room.eq(has_room(next_issued))]
+        else:
+            lines_left = issued != count
+            room = has_room(issued)
         m.d.comb += [
-            self.ar.valid.eq((issued != count) & in_window & ~self.stop),
+            self.ar.valid.eq(lines_left & room & ~self.stop),
             self.ar.payload.addr.eq(base + issued),
             write.addr.eq(written[:slot_bits]),
             write.data.eq(self.response.payload.data),
@@ -115,7 +144,7 @@ class LineStream(wiring.Component):
             m.d.sync += [base.eq(self.base), count.eq(self.count), issued.eq(0), written.eq(0),
                          self.error.eq(0)]
         with m.Else():
-            with m.If(self.ar.valid & self.ar.ready):
+            with m.If(fetched):
                 m.d.sync += issued.eq(issued + 1)
             with m.If(self.response.valid):
                 m.d.sync += written.eq(written + 1)

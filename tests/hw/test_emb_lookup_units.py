@@ -135,13 +135,15 @@ def test_reorder_buffer_rejects_bad_depth():
 
 # ------------------------------------------------------------- line stream and prefetch
 
-@pytest.mark.parametrize("pointer_copies", [1, 4])
-def test_line_stream_respects_its_window_and_lands_in_order(pointer_copies):
+@pytest.mark.parametrize(("pointer_copies", "registered_fetch"),
+                         [(1, False), (4, False), (1, True)])
+def test_line_stream_respects_its_window_and_lands_in_order(pointer_copies, registered_fetch):
     from amaranth.hdl import Module
 
     capacity = 4
     m = Module()
-    m.submodules.stream = window = LineStream(capacity=capacity, addr_width=20, line_width=32)
+    m.submodules.stream = window = LineStream(capacity=capacity, addr_width=20, line_width=32,
+                                              registered_fetch=registered_fetch)
     m.submodules.prefetch = prefetch = LinePrefetch(line_width=32, pointer_copies=pointer_copies)
     m.d.comb += [window.check_addr.eq(prefetch.addr), prefetch.data.eq(window.check_data),
                  prefetch.limit.eq(window.written)]
@@ -160,12 +162,13 @@ def test_line_stream_respects_its_window_and_lands_in_order(pointer_copies):
         ctx.set(prefetch.restart, 0)
 
     async def memory(ctx):
-        ctx.set(window.ar.ready, 1)
         await ctx.tick()
         while len(got) < count:
-            _, _, valid, address, issued, freed = await ctx.tick().sample(
-                window.ar.valid, window.ar.payload.addr, window.written, window.freed)
-            if valid:  # ar.ready is always 1 here
+            ctx.set(window.ar.ready, draw.random() < 0.7)
+            _, _, valid, ready, address, issued, freed = await ctx.tick().sample(
+                window.ar.valid, window.ar.ready, window.ar.payload.addr, window.written,
+                window.freed)
+            if valid and ready:
                 in_flight.append(address)
             assert len(in_flight) + issued - freed <= capacity, "read beyond the window"
             ctx.set(window.response.valid, 0)
@@ -184,6 +187,44 @@ def test_line_stream_respects_its_window_and_lands_in_order(pointer_copies):
 
     simulate(m, control, memory, consumer)
     assert got == [(100 + k) * 7 for k in range(count)]
+
+
+@pytest.mark.parametrize("registered_fetch", [False, True])
+def test_line_stream_reads_a_line_per_cycle_and_stops_at_its_count(registered_fetch):
+    """With room to spare the window asks for a line every cycle from the cycle after
+    ``start``, ``count`` lines and no more, and a second ``start`` begins again from 0."""
+    window = LineStream(capacity=8, addr_width=20, line_width=32,
+                        registered_fetch=registered_fetch)
+    asked = []
+
+    async def bench(ctx):
+        ctx.set(window.ar.ready, 1)
+        ctx.set(window.freed, 0)
+        for base, count in ((40, 5), (200, 0), (7, 3)):
+            ctx.set(window.base, base)
+            ctx.set(window.count, count)
+            ctx.set(window.start, 1)
+            await ctx.tick()
+            ctx.set(window.start, 0)
+            lines = []
+            for cycle in range(count + 4):
+                if ctx.get(window.ar.valid):
+                    assert cycle == len(lines), f"line {len(lines)} asked in cycle {cycle}"
+                    lines.append(ctx.get(window.ar.payload.addr))
+                await ctx.tick()
+            asked.append(lines)
+            ctx.set(window.response.valid, 1)  # land them, so that the window is idle again
+            for _ in range(count):
+                await ctx.tick()
+            ctx.set(window.response.valid, 0)
+
+    simulate(window, bench)
+    assert asked == [[40, 41, 42, 43, 44], [], [7, 8, 9]]
+
+
+def test_line_stream_rejects_a_registered_fetch_that_is_not_a_bool():
+    with pytest.raises(TypeError, match=r"^Registered fetch must be True or False, not 1$"):
+        LineStream(capacity=4, addr_width=20, registered_fetch=1)
 
 
 @pytest.mark.parametrize("copies", [0, 3, True, 2.0])

@@ -1,7 +1,7 @@
-"""Parameter checks shared by the embedding engines' blocks.
+"""Parameter checks shared by the blocks of every package.
 
-A module of its own so that any block can use them: :mod:`hw.emb.lookup` imports most of the
-blocks, which therefore cannot import from it.
+A module of its own, importing nothing, so that any block can use them: :mod:`hw.emb.lookup`
+imports most of the blocks (``hw.mem``'s among them), which therefore cannot import from it.
 """
 
 __all__ = ["check_bool"]
