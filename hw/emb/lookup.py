@@ -564,15 +564,21 @@ class LookupEngine(wiring.Component):
                 start_pass(keep_data=fits, capture=1)
                 m.next = "Validate"
             with m.State("Validate"):
+                # The index validator starts whatever `failed` says: its start (which loads
+                # its table registers and their per-lane copies) then comes from flip-flops,
+                # not from the error priority above (the lookup's longest path on a ULX3S).
+                # Starting it as the command fails is harmless: its errors count only once
+                # index_started is set, which the next command clears, and Abort waits for
+                # nothing it does.
+                with m.If(offsets_validator.done & ~index_started):
+                    m.d.comb += index_validator.start.eq(1)
+                    m.d.sync += index_started.eq(1)
                 with m.If(failed):
                     m.d.sync += [status.error.eq(found.code), status.table.eq(found.table),
                                  status.bag.eq(found.bag), status.position.eq(found.position),
                                  locate.eq(found.code == ErrorCode.INDEX_OUT_OF_RANGE)]
                     m.next = "Abort"
-                with m.Elif(offsets_validator.done & ~index_started):
-                    m.d.comb += index_validator.start.eq(1)
-                    m.d.sync += index_started.eq(1)
-                with m.Elif(offsets_validator.done & index_validator.done):
+                with m.Elif(offsets_validator.done & index_started & index_validator.done):
                     with m.If(fits):
                         m.next = "Gather"
                     with m.Else():

@@ -118,12 +118,16 @@ class LineStream(wiring.Component):
         if self._registered_fetch:
             lines_left = Signal()  # issued != count
             room = Signal()        # issued - freed < capacity
-            next_issued = (issued + fetched)[:COUNT_WIDTH]
+            # Both outcomes are computed from registers and `freed`, and `fetched` (which
+            # the read-address arbiter decides late in the cycle) only picks one.
+            one_more = (issued + 1)[:COUNT_WIDTH]
             with m.If(self.start):
                 # Nothing issued and (freed counting from this start) nothing freed: room.
                 m.d.sync += [lines_left.eq(self.count != 0), room.eq(1)]
+            with m.Elif(fetched):
+                m.d.sync += [lines_left.eq(one_more != count), room.eq(has_room(one_more))]
             with m.Else():
-                m.d.sync += [lines_left.eq(next_issued != count), room.eq(has_room(next_issued))]
+                m.d.sync += [lines_left.eq(issued != count), room.eq(has_room(issued))]
         else:
             lines_left = issued != count
             room = has_room(issued)
