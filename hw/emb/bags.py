@@ -54,6 +54,10 @@ class BagSequencer(wiring.Component):
     choice in its line then ends at flip-flops, not at the subtraction of its length and the
     queue (or divider) behind it. It costs a cycle of latency, not throughput.
 
+    ``reciprocal_steps_per_cycle`` (a divisor of 24, default 2) is how many quotient bits the
+    sequential divider finds a cycle: 1 puts one 25-bit compare-and-subtract between its
+    registers instead of two, at 12 more cycles per MEAN bag. The pipelined divider ignores it.
+
     Members
     -------
     start : ``In(1)``
@@ -70,7 +74,7 @@ class BagSequencer(wiring.Component):
     """
 
     def __init__(self, *, max_tables, addr_width, fifo_depth=None, mean_reciprocal="pipelined",
-                 registered_descriptor=False):
+                 registered_descriptor=False, reciprocal_steps_per_cycle=2):
         check_mean_reciprocal(mean_reciprocal)
         self._registered_descriptor = bool(registered_descriptor)
         self._max_tables = max_tables
@@ -81,7 +85,7 @@ class BagSequencer(wiring.Component):
                 tag_width=descriptor_layout(self._line_addr_width).size)
             self._fifo_depth = fifo_depth or self._reciprocal.latency + 4
         else:
-            self._reciprocal = SequentialReciprocal()
+            self._reciprocal = SequentialReciprocal(steps_per_cycle=reciprocal_steps_per_cycle)
             # Descriptors wait only for the gather issuer here, not for a pipeline.
             self._fifo_depth = fifo_depth or 4
         super().__init__({

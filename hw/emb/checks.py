@@ -36,7 +36,9 @@ class CommandChecker(wiring.Component):
     error : ``Out(ErrorCode)``, table : ``Out(8)``
         The first failed check (NONE if all passed) and the table it concerns.
     row_floats : ``Out(24)``
-        ``sum(dim)`` over the command's tables: floats per output row.
+        ``sum(dim)`` over the command's tables: floats per output row (a register: it
+        follows ``command`` and ``tables`` a cycle later, so it is valid from the cycle after
+        ``start``).
     weighted : ``Out(1)``
         One of the command's tables pools with per-sample weights.
     """
@@ -70,7 +72,13 @@ class CommandChecker(wiring.Component):
             used = t < count
             row_floats = row_floats + Mux(used, self.tables[t].dim, 0)
             weighted = weighted | (used & (self.tables[t].mode == PoolingMode.WEIGHTED))
-        m.d.comb += [self.row_floats.eq(row_floats), self.weighted.eq(weighted)]
+        # The output buffer's lines (bags * row_floats / 16: an adder tree and a multiplier)
+        # from registers, over two cycles: the output is the last item, judged at least
+        # 2 * (max_tables + 4) cycles after start.
+        output_lines = Signal(40)
+        m.d.sync += [self.row_floats.eq(row_floats),
+                     output_lines.eq((command.bags * self.row_floats) >> 4)]
+        m.d.comb += self.weighted.eq(weighted)
 
         # Items: 0 = table count, 1..max_tables = tables, then the buffers.
         items = 1 + max_tables + len(_BUFFERS)
@@ -108,7 +116,7 @@ class CommandChecker(wiring.Component):
                         "indices": n_lines,
                         "offsets": offset_lines,
                         "weights": Mux(weighted, n_lines, 0),
-                        "output": (command.bags * row_floats) >> 4,
+                        "output": output_lines,
                     }[name]
                     m.d.comb += [
                         select["start"].eq(getattr(command, name)),

@@ -136,7 +136,8 @@ class LookupEngine(wiring.Component):
         its own copy of the pooler's operand choice and factor registers, and each 32-bit
         lane of the offset and index line streams its own copy of their read pointer
         (:mod:`hw.fanout`); and the offset, index and weight windows ask for lines from
-        registers (:class:`~hw.mem.line_stream.LineStream`, ``registered_fetch``). Needs a
+        registers (:class:`~hw.mem.line_stream.LineStream`, ``registered_fetch``); a sequential
+        MEAN divider finds one quotient bit a cycle, not two. Needs a
         multiplier of at least two stages. Default False.
     lane_fold : int
         Cycles a line takes through the pooler's multiplier and adder, folded
@@ -313,7 +314,8 @@ class LookupEngine(wiring.Component):
             replicated_rows=self._fpga_pipelining)
         m.submodules.bags = bags = BagSequencer(
             max_tables=self._max_tables, addr_width=aw, mean_reciprocal=self._mean_reciprocal,
-            registered_descriptor=self._fpga_pipelining)
+            registered_descriptor=self._fpga_pipelining,
+            reciprocal_steps_per_cycle=1 if self._fpga_pipelining else 2)
         m.submodules.issuer = issuer = GatherIssuer(
             max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
             bag_slots=self._bag_slots, registered_ready=self._fpga_pipelining,

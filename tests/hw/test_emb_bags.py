@@ -96,15 +96,18 @@ def run_sequencer(draw, offsets, bags, *, stalls=True, **params):
 
 
 @pytest.mark.parametrize("registered_descriptor", [False, True], ids=["formed", "registered"])
-@pytest.mark.parametrize("mean_reciprocal", ["pipelined", "sequential"])
+@pytest.mark.parametrize(("mean_reciprocal", "steps"),
+                         [("pipelined", 2), ("sequential", 2), ("sequential", 1)])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_sequencer_emits_every_bag_once_in_order(mean_reciprocal, registered_descriptor, seed):
+def test_sequencer_emits_every_bag_once_in_order(mean_reciprocal, steps, registered_descriptor,
+                                                 seed):
     draw = random.Random(seed)
     bags = 9
     lengths = [draw.choice([0, 1, 2, 3, 7]) for _ in range(bags * len(TABLES))]
     offsets = [0, *np.cumsum(lengths).tolist()]
     got, _ = run_sequencer(draw, offsets, bags, mean_reciprocal=mean_reciprocal,
-                           registered_descriptor=registered_descriptor)
+                           registered_descriptor=registered_descriptor,
+                           reciprocal_steps_per_cycle=steps)
     expected = expected_descriptors(offsets, bags)
     assert len(got) == len(expected), \
         f"seed {seed}: {len(got)} descriptors for {len(expected)} bags"
@@ -128,3 +131,9 @@ def test_registered_descriptor_keeps_a_bag_per_cycle(registered_descriptor):
                                 registered_descriptor=registered_descriptor)
     assert len(got) == bags * len(TABLES)
     assert cycles[-1] - cycles[0] == len(cycles) - 1, cycles
+
+
+def test_sequencer_rejects_reciprocal_steps_that_do_not_divide_24():
+    with pytest.raises(ValueError, match=r"^Steps per cycle must be a divisor of 24, not 5$"):
+        BagSequencer(max_tables=2, addr_width=ADDR_WIDTH, mean_reciprocal="sequential",
+                     reciprocal_steps_per_cycle=5)

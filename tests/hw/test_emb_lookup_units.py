@@ -597,6 +597,9 @@ def test_checker_order_and_zero_length_buffers():
          (ErrorCode.MISALIGNED_ADDRESS, 0)),  # weights at 0x5555
         (dict(command, output=0x10FC0), tables,
          (ErrorCode.ADDRESS_OUT_OF_REGION, 0)),  # 2 bags x 192 bytes cross the region end
+        (dict(command, output=0x11000 - 384), tables, (ErrorCode.NONE, 0)),  # ends at its end
+        (dict(command, output=0x11000 - 320), tables,
+         (ErrorCode.ADDRESS_OUT_OF_REGION, 0)),  # one line past it
         (dict(command, tables=0), tables, (ErrorCode.BAD_TABLE_COUNT, 0)),
         (dict(command, tables=5), tables, (ErrorCode.BAD_TABLE_COUNT, 0)),
     ]
