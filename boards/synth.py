@@ -6,7 +6,7 @@ Usage::
     python -m boards.synth --board ulx3s-85f --clock-mhz 80   # another PLL frequency
     python -m boards.synth --board ulx3s-85f --synth-only     # Yosys alone: utilisation
     python -m boards.synth --board ulx3s-85f --engine update  # one engine's self-test
-    python -m boards.synth --board ulx3s-85f --lane-fold 2    # half the FP units, half rate
+    python -m boards.synth --board ulx3s-85f --lane-fold 1    # a unit per FP lane (full rate)
     python -m boards.synth --board ulx3s-85f --control-only   # the control's timing alone
     python -m boards.synth --board ulx3s-85f --nextpnr-extra "--router2-heatmap heat/"
     python -m boards.synth --board ecpix5-85 --design fp --lanes 4 --vectors 32
@@ -30,9 +30,11 @@ UART at 115200 baud.
     in for PMEM, running LOOKUP, UPDATE and LOOKUP against ``sw_model`` results; by default at
     25 MHz (``--clock-mhz``; a PLL makes other frequencies). ``--engine lookup`` or ``--engine
     update`` holds one of its two engines alone, with that engine's check: a smaller design
-    (each engine on its own routes on an 85F, see the README's block table). ``--lane-fold 2``
-    (or 4, 8, 16) builds the engines' multiplier and adder with 16/N units each, a line over N
-    cycles: the FP lanes' area divided by N, at 1/N of their rate (``FPLanes(fold=)``).
+    (each engine on its own routes on an 85F, see the README's block table). ``--lane-fold N``
+    (1, 2, 4, 8, 16) builds the engines' multiplier and adder with 16/N units each, a line over
+    N cycles: the FP lanes' area divided by N, at 1/N of their rate (``FPLanes(fold=)``). The
+    ULX3S folds by 2 unless told otherwise (:data:`EMB_BOARD_ENGINE_PARAMS`), the other boards
+    keep a unit per lane.
     ``--control-only`` times the engines' control alone: every FP lane a register chain of the
     same latency (:mod:`boards.control_only`; the bitstream's self-test fails).
 ``fp``
@@ -83,7 +85,7 @@ def make_bist_top(*, lanes=16, vectors=64, seed=0, clock_mhz=None):
 EMB_ENGINES = tuple(ENGINES)
 
 #: Design clock of the ``emb`` design: the ULX3S's own 25 MHz (the whole design closes at
-#: about 46 MHz on the ULX3S-85F; see the README's board table).
+#: 40-50 MHz on the ULX3S-85F; see the README's board table).
 EMB_CLOCK_MHZ = 25.0
 
 
@@ -91,20 +93,23 @@ EMB_CLOCK_MHZ = 25.0
 #: :data:`boards.bist.emb_dut.ENGINE_DEFAULTS`. On the ECPIX-5 the defaults (four-stage FP
 #: units, ``fpga_pipelining``) do not route: router2 came down to 275 overused wires at
 #: iteration 27 and climbed back to 1,357 by iteration 66. The earlier configuration routes
-#: there and meets timing (35.3 MHz with ``dfbf6ac``'s circuit, 38.4 MHz before).
-EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": TWO_STAGE_ENGINE_PARAMS}
+#: there and meets timing (35.3 MHz with ``dfbf6ac``'s circuit, 38.4 MHz before). On the
+#: ULX3S the FP lanes are folded by 2 (8 multiplier and 8 adder units, a line over two
+#: cycles): with a unit per lane the design fills 72% of the LUTs, and of its twelve builds
+#: since ``e2d0287``'s control registers two routed (46.3 and 39.5 MHz) and ten stopped
+#: converging; folded, it fills 61% and routes at seed 1 at 50.5 MHz (``1013d51``), the
+#: board design's best clock so far. ``--lane-fold 1`` builds a unit per lane.
+EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": TWO_STAGE_ENGINE_PARAMS, "ulx3s-85f": {"lane_fold": 2}}
 
 #: nextpnr's seeds for the ``emb`` design per board, in the order they are tried, unless
 #: ``--nextpnr-extra`` names one (``--seed`` or ``--randomize-seed``): a build whose router2
-#: stops converging (:mod:`boards.router_watch`) is tried again with the next seed. The ULX3S
-#: design fills 72% of the LUTs, and whether router2 converges depends on the placement: with
-#: ``dfbf6ac``'s circuit seed 0 (nextpnr's own default) left 5,101 wires overused at iteration
-#: 77 and rising, where seed 1 routed by iteration 65 (45.96 MHz, 16 min), as it did in all
-#: but two of the earlier seed-1 builds in docs/measurements.md (both with changes that were
-#: taken back), and seed 2 by iteration 80 (43.92 MHz). With ``e2d0287``'s control registers
-#: seed 2 routed by iteration 207 (46.33 MHz, 23 min) and seeds 1 and 3 were stopped (295
-#: overused wires at iteration 318, 1,381 at iteration 49), so seed 2 comes first.
-EMB_BOARD_NEXTPNR_SEEDS = {"ulx3s-85f": (2, 1, 3)}
+#: stops converging (:mod:`boards.router_watch`) is tried again with the next seed. Whether
+#: router2 converges on the ULX3S design depends on the placement: with ``dfbf6ac``'s
+#: circuit (a unit per lane) seed 0 (nextpnr's own default) left 5,101 wires overused at
+#: iteration 77 and rising, where seed 1 routed by iteration 65 (45.96 MHz, 16 min). With the
+#: lanes folded by 2 (``1013d51``) seed 1 routed by iteration 111 (50.53 MHz, 18 min) and
+#: seed 2 was stopped (269 overused wires at iteration 41, 791 at 63), so seed 1 comes first.
+EMB_BOARD_NEXTPNR_SEEDS = {"ulx3s-85f": (1, 2, 3)}
 
 _SEED_OPTIONS = ("--seed", "-r", "--randomize-seed")
 
@@ -168,9 +173,10 @@ def _parse_args(argv):
     parser.add_argument("--engine", default="embedding", choices=EMB_ENGINES,
                         help="what the emb design holds: the embedding engine, or one of its "
                              "two engines alone (emb)")
-    parser.add_argument("--lane-fold", type=int, default=1, choices=(1, 2, 4, 8, 16),
+    parser.add_argument("--lane-fold", type=int, default=None, choices=(1, 2, 4, 8, 16),
                         help="cycles a line takes through the engines' multiplier and adder, "
-                             "each of 16/N units (emb; default 1: a unit per lane)")
+                             "each of 16/N units (emb; default: the board's, 2 on the "
+                             "ULX3S-85F, else 1: a unit per lane)")
     parser.add_argument("--control-only", action="store_true",
                         help="every FP lane a register chain of the same latency: the "
                              "engines' control timed alone; the self-test fails (emb)")
@@ -239,12 +245,13 @@ def _build(args):
         facts["control_only"] = True
         print("control only: every FP lane is a register chain; the bitstream is for timing, "
               "its self-test fails", file=sys.stderr, flush=True)
-    if args.lane_fold != 1 and args.design != "emb":
+    if args.lane_fold is not None and args.design != "emb":
         print("error: --lane-fold is an option of the emb design", file=sys.stderr)
         return 2
-    if args.design == "emb" and (board.name in EMB_BOARD_ENGINE_PARAMS or args.lane_fold != 1):
+    if args.design == "emb" and (board.name in EMB_BOARD_ENGINE_PARAMS
+                                 or args.lane_fold is not None):
         engine_params = dict(EMB_BOARD_ENGINE_PARAMS.get(board.name, {}))
-        if args.lane_fold != 1:
+        if args.lane_fold is not None:
             engine_params["lane_fold"] = args.lane_fold
         options["engine_params"] = facts["engine_params"] = engine_params
     top = DESIGNS[args.design](**options)

@@ -144,9 +144,9 @@ def test_emb_engine_option_names_the_dut_engines(tmp_path, capsys):
     assert summary["design"] == "emb" and summary["engine"] == "lookup"
     # The emb design's nextpnr options (boards.synth._BUILD_OPTIONS) and the ULX3S's seed
     # (the first of EMB_BOARD_NEXTPNR_SEEDS): it routes with them.
-    assert ("--placer static --router router2 --seed 2 --log"
+    assert ("--placer static --router router2 --seed 1 --log"
             in (board_dir / "build_top.sh").read_text())
-    assert summary["nextpnr_extra"] == ["--seed", "2"]
+    assert summary["nextpnr_extra"] == ["--seed", "1"]
     # The lookup engine is the device's engine itself, and its check the only one.
     modules = rtlil_modules(board_dir)
     assert "\\top.bist.self_test.dut_0.engine.pooler" in modules
@@ -157,11 +157,11 @@ def test_emb_engine_option_names_the_dut_engines(tmp_path, capsys):
 
 
 def test_emb_design_takes_the_boards_nextpnr_seeds_unless_told_one():
-    assert synth.EMB_BOARD_NEXTPNR_SEEDS == {"ulx3s-85f": (2, 1, 3)}
+    assert synth.EMB_BOARD_NEXTPNR_SEEDS == {"ulx3s-85f": (1, 2, 3)}
     assert synth.nextpnr_attempts("ulx3s-85f", "emb", []) == [
-        ["--seed", "2"], ["--seed", "1"], ["--seed", "3"]]
+        ["--seed", "1"], ["--seed", "2"], ["--seed", "3"]]
     assert (synth.nextpnr_attempts("ulx3s-85f", "emb", ["--tmg-ripup"])[0]
-            == ["--seed", "2", "--tmg-ripup"])
+            == ["--seed", "1", "--tmg-ripup"])
     for chosen in (["--seed", "2"], ["--seed=2"], ["-r"], ["--randomize-seed"],
                    ["--tmg-ripup", "--seed", "0"]):
         assert synth.nextpnr_attempts("ulx3s-85f", "emb", chosen) == [chosen]
@@ -195,16 +195,16 @@ def test_emb_build_tries_the_next_seed_when_router2_diverges(tmp_path, monkeypat
     builds = _fake_builds(monkeypatch, lambda extra: extra[:2] == ["--seed", "3"])
     argv = ["--board", "ulx3s-85f", "--engine", "update", "--out", str(tmp_path)]
     assert synth.main(argv) == 0
-    assert builds == [(["--seed", "2"], True), (["--seed", "1"], True), (["--seed", "3"], True)]
+    assert builds == [(["--seed", "1"], True), (["--seed", "2"], True), (["--seed", "3"], True)]
     out, err = capsys.readouterr()
-    assert "against 600 at iteration 1; building again with nextpnr --seed 1" in err
+    assert "against 600 at iteration 1; building again with nextpnr --seed 2" in err
     assert "Fmax clk: 45.00 MHz" in out
     # (The fake writes no summary.json; the facts it was given are the summary's.)
 
     # Every seed diverges: the error names the seed to try next.
     builds = _fake_builds(monkeypatch, lambda extra: False)
     assert synth.main(argv) == 1
-    assert [extra for extra, _ in builds] == [["--seed", "2"], ["--seed", "1"], ["--seed", "3"]]
+    assert [extra for extra, _ in builds] == [["--seed", "1"], ["--seed", "2"], ["--seed", "3"]]
     assert 'the build was stopped' in (err := capsys.readouterr().err) and '"--seed 4"' in err
 
     # A seed of the user's, or --keep-routing, is one build.
@@ -213,12 +213,12 @@ def test_emb_build_tries_the_next_seed_when_router2_diverges(tmp_path, monkeypat
     assert builds == [(["--seed", "7"], True)] and '"--seed 8"' in capsys.readouterr().err
     builds = _fake_builds(monkeypatch, lambda extra: True)
     assert synth.main([*argv, "--keep-routing"]) == 0
-    assert builds == [(["--seed", "2"], False)]
+    assert builds == [(["--seed", "1"], False)]
 
 
 def test_the_stopped_seeds_are_in_the_summary_facts(tmp_path, monkeypatch):
     facts = []
-    builds = _fake_builds(monkeypatch, lambda extra: extra[:2] == ["--seed", "1"])
+    builds = _fake_builds(monkeypatch, lambda extra: extra[:2] == ["--seed", "2"])
     original = synth.run_ecp5_build
 
     def recording(*args, extra_summary, **kwargs):
@@ -228,39 +228,46 @@ def test_the_stopped_seeds_are_in_the_summary_facts(tmp_path, monkeypatch):
     monkeypatch.setattr(synth, "run_ecp5_build", recording)
     assert synth.main(["--board", "ulx3s-85f", "--out", str(tmp_path)]) == 0
     assert len(builds) == 2
-    assert "diverged" not in facts[0] and facts[0]["nextpnr_extra"] == ["--seed", "2"]
+    assert "diverged" not in facts[0] and facts[0]["nextpnr_extra"] == ["--seed", "1"]
     (stopped,) = facts[1]["diverged"]
-    assert stopped["nextpnr_extra"] == ["--seed", "2"]
+    assert stopped["nextpnr_extra"] == ["--seed", "1"]
     assert stopped["stopped"].startswith("router2 is not converging: 2,000 overused wires")
-    assert facts[1]["nextpnr_extra"] == ["--seed", "1"]
+    assert facts[1]["nextpnr_extra"] == ["--seed", "2"]
 
 
 def test_emb_engine_parameters_follow_the_board(tmp_path):
-    """The ECPIX-5 builds the engines as boards.synth.EMB_BOARD_ENGINE_PARAMS says (two-stage
-    FP units, no FPGA registers); the ULX3S as ENGINE_DEFAULTS (the pooler's registered
-    accumulator operand is one of those registers)."""
+    """The boards build the engines as boards.synth.EMB_BOARD_ENGINE_PARAMS says: the ECPIX-5
+    with two-stage FP units and no FPGA registers, the ULX3S as ENGINE_DEFAULTS (the pooler's
+    registered accumulator operand is one of those registers) with its lanes folded by 2."""
     for board in ("ulx3s-85f", "ecpix5-85"):
         assert synth.main(["--board", board, "--no-build", "--out", str(tmp_path)]) == 0
     ulx3s, ecpix5 = (tmp_path / "ulx3s-85f", tmp_path / "ecpix5-85")
-    assert "engine_params" not in json.loads((ulx3s / "summary.json").read_text())
+    assert json.loads((ulx3s / "summary.json").read_text())["engine_params"] == {
+        "lane_fold": 2}
     assert (json.loads((ecpix5 / "summary.json").read_text())["engine_params"]
             == {"add_stages": 2, "mul_stages": 2, "fpga_pipelining": False})
     assert "\\accumulated" in (ulx3s / "top.il").read_text()
     assert "\\accumulated" not in (ecpix5 / "top.il").read_text()
 
 
-def test_lane_fold_option_folds_the_engines_lanes(tmp_path, capsys):
-    argv = ["--board", "ulx3s-85f", "--no-build", "--out", str(tmp_path), "--lane-fold", "2"]
-    assert synth.main(argv) == 0
-    board_dir = tmp_path / "ulx3s-85f"
-    assert json.loads((board_dir / "summary.json").read_text())["engine_params"] == {
-        "lane_fold": 2}
-    # Eight multiplier units and eight adder units, shared by both engines.
+@pytest.mark.parametrize(("board", "fold", "units"), [
+    ("ulx3s-85f", None, 8), ("ulx3s-85f", 1, 16), ("ulx3s-85f", 4, 4), ("ecpix5-85", 2, 8)])
+def test_lane_fold_option_folds_the_engines_lanes(tmp_path, board, fold, units):
+    argv = ["--board", board, "--no-build", "--out", str(tmp_path)]
+    assert synth.main(argv + ([] if fold is None else ["--lane-fold", str(fold)])) == 0
+    board_dir = tmp_path / board
+    params = json.loads((board_dir / "summary.json").read_text())["engine_params"]
+    assert params == {**synth.EMB_BOARD_ENGINE_PARAMS[board],
+                      **({} if fold is None else {"lane_fold": fold})}
+    # 16 / fold multiplier units and as many adder units, shared by both engines.
     modules = rtlil_modules(board_dir)
     for op in ("mul", "add"):
-        units = {name.split(f"shared_{op}.")[1].split(".")[0] for name in modules
+        found = {name.split(f"shared_{op}.")[1].split(".")[0] for name in modules
                  if f"engine.shared_{op}.lane_" in name}
-        assert units == {f"lane_{k}" for k in range(8)}
+        assert found == {f"lane_{k}" for k in range(units)}
+
+
+def test_lane_fold_option_belongs_to_the_emb_design(tmp_path, capsys):
     assert synth.main(["--board", "ulx3s-85f", "--design", "fp", "--no-build", "--out",
                        str(tmp_path), "--lane-fold", "2"]) == 2
     assert "--lane-fold is an option of the emb design" in capsys.readouterr().err
@@ -285,10 +292,11 @@ def test_control_only_builds_the_lanes_as_register_chains(tmp_path, capsys):
     assert "\\top.bist.self_test.dut_0.engine.shared_mul" in modules
     assert not any(".shared_mul.lane_" in name or ".shared_add.lane_" in name
                    for name in modules)
-    # Without the option, the same design has its 16 + 16 units.
+    # Without the option, the same design has its 8 + 8 units (the ULX3S folds by 2).
     assert synth.main(argv[:-1]) == 0
     modules = rtlil_modules(board_dir)
-    assert "\\top.bist.self_test.dut_0.engine.shared_mul.lane_15" in modules
+    assert "\\top.bist.self_test.dut_0.engine.shared_mul.lane_7" in modules
+    assert "\\top.bist.self_test.dut_0.engine.shared_mul.lane_8" not in modules
     assert synth.main(["--board", "ulx3s-85f", "--design", "fp", "--no-build", "--out",
                        str(tmp_path), "--control-only"]) == 2
     assert "--control-only is an option of the emb design" in capsys.readouterr().err
