@@ -180,10 +180,10 @@ class UpdateEngine(wiring.Component):
         and the per-command reset comes from a flip-flop, a cycle after a command is accepted
         (a cycle more per command); the walker hands its occurrences to the gradient fetch
         through a skid buffer (:class:`hw.skid.SkidBuffer`: a cycle of latency, no loss of
-        rate). Results are the same. Default False. (The walker's and the command checker's
-        registered checks, ``OccurrenceWalker(registered_checks=)`` and
-        ``CommandChecker(registered_region_checks=)``, are left off: with them the ULX3S
-        board design no longer routed; docs/measurements.md, "Checks from registers".)
+        rate); the walkers' and the command checker's checks compare registers
+        (``OccurrenceWalker(registered_checks=)``: 12 cycles more per MEAN bag and a cycle
+        per walk; ``CommandChecker(registered_region_checks=)``: a cycle per extent checked).
+        Results are the same. Default False.
     lane_fold : int
         Cycles a line takes through the multiplier and adder: folded
         :class:`~hw.fp.FPLanes` of ``16 / lane_fold`` units each, for FPGA builds that trade
@@ -454,7 +454,8 @@ class UpdateEngine(wiring.Component):
 
         checker = m.submodules.checker = CommandChecker(
             max_tables=self._max_tables, max_dim=self._max_dim,
-            num_regions=self._num_regions, addr_width=aw)
+            num_regions=self._num_regions, addr_width=aw,
+            registered_region_checks=self._fpga_pipelining)
         # In priority order: the walks' word streams and a bag's few lines first. They take
         # a line per 16 occurrences (or per bag), so they cost the row and gradient streams
         # little; behind those, which ask for a line every cycle, they would wait for a gap,
@@ -480,7 +481,8 @@ class UpdateEngine(wiring.Component):
                                                 registered_output=self._fpga_pipelining))
                    for name in ("offsets", "indices", "weights")}
         walker = per_command("walker", OccurrenceWalker(
-            max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw))
+            max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
+            registered_checks=self._fpga_pipelining))
         gradient_fetch = per_command("gradient_fetch", GradientFetch(
             table_width=walker.table_width, line_width=walker.line_width,
             line_address_width=line_address_width))
@@ -606,7 +608,8 @@ class UpdateEngine(wiring.Component):
                                              registered_output=self._fpga_pipelining))
                 for name in ("offsets", "indices", "weights")}
             deferred_walker = per_command("deferred_walker", OccurrenceWalker(
-                max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw))
+                max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
+                registered_checks=self._fpga_pipelining))
             corrector = per_command("corrector", CorrectionSequencer(
                 max_tables=self._max_tables, addr_width=aw, table_width=walker.table_width,
                 line_width=walker.line_width, slot_width=Shape.cast(range(capacity)).width,
