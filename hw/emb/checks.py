@@ -99,13 +99,19 @@ class CommandChecker(wiring.Component):
             "start": Signal(self._addr_width), "length": Signal(wide),
             "applicable": Signal(), "dim_bad": Signal(),
         }
+        dim_line_bits = (self._max_dim // 16).bit_length()
         with m.Switch(item):
             for t in range(max_tables):
                 with m.Case(1 + t):
                     dim = self.tables[t].dim
                     m.d.comb += [
                         select["start"].eq(self.tables[t].base),
-                        select["length"].eq(self.tables[t].rows * dim * 4),
+                        # In lines: dim / 16 of them a row (a dim that is not a multiple
+                        # of 16, or above max_dim, fails first), so the multiplier is rows x
+                        # log2(max_dim / 16) bits, not rows x dim x 4.
+                        select["length"].eq(
+                            self.tables[t].rows * dim[4:4 + dim_line_bits]
+                            * LINE_BYTES),
                         select["applicable"].eq(t < count),
                         select["dim_bad"].eq((dim == 0) | (dim[:4] != 0)
                                              | (dim > self._max_dim)),

@@ -84,7 +84,11 @@ class CommandChecker(wiring.Component):
         item = Signal(_Item)
         start = Signal(self._addr_width)
         factor_a = Signal(40)
-        factor_b = Signal(28)
+        # Extents are counted in lines: a table's rows of dim / 16 lines (dim, a multiple of
+        # 16, is checked first), a buffer's lines of one. The multiplier is then
+        # 40 x log2(max_dim / 16) bits, not 40 x 28 (on an ECP5 the DSP blocks and their
+        # carry chains into `length` were one of the update engine's longest paths).
+        factor_b = Signal(range(self._max_dim // 16 + 1))
         length = Signal(_LENGTH_WIDTH)
         dims = Signal(32)  # sum of dim over the tables checked so far
         weighted = Signal()
@@ -101,7 +105,7 @@ class CommandChecker(wiring.Component):
             m.next = "Idle"
 
         def extent(kind, base, count, size):
-            """Check ``count * size`` bytes at ``base`` next (after its alignment)."""
+            """Check ``count * size`` lines at ``base`` next (after its alignment)."""
             m.d.sync += item.eq(kind)
             if kind != _Item.TABLE:
                 with m.If(count == 0):  # an empty buffer is never read
@@ -147,10 +151,10 @@ class CommandChecker(wiring.Component):
                         dims.eq(dims + dim),
                         weighted.eq(weighted | (descriptor.mode == PoolingMode.WEIGHTED)),
                     ]
-                    extent(_Item.TABLE, descriptor.base, descriptor.rows, dim * 4)
+                    extent(_Item.TABLE, descriptor.base, descriptor.rows, dim >> 4)
 
             with m.State("Length"):
-                m.d.sync += length.eq(factor_a * factor_b)
+                m.d.sync += length.eq((factor_a * factor_b) << 6)
                 m.next = "End" if self._registered else "Region"
 
             if self._registered:
@@ -202,14 +206,14 @@ class CommandChecker(wiring.Component):
                         m.next = "Idle"
 
             with m.State("Indices"):
-                extent(_Item.INDICES, command.indices, lines(command.num_indices), 64)
+                extent(_Item.INDICES, command.indices, lines(command.num_indices), 1)
 
             with m.State("Offsets"):
-                extent(_Item.OFFSETS, command.offsets, offset_lines, 64)
+                extent(_Item.OFFSETS, command.offsets, offset_lines, 1)
 
             with m.State("Weights"):
-                extent(_Item.WEIGHTS, command.weights, lines(command.num_indices), 64)
+                extent(_Item.WEIGHTS, command.weights, lines(command.num_indices), 1)
 
             with m.State("Gradient"):
-                extent(_Item.GRADIENT, command.output, gradient_lines, 64)
+                extent(_Item.GRADIENT, command.output, gradient_lines, 1)
         return m

@@ -607,6 +607,25 @@ def test_checker_order_and_zero_length_buffers():
     assert results == [expected for _, _, expected in cases]
 
 
+
+@pytest.mark.parametrize("dim", [32, 128])
+def test_checker_table_extent_counts_dim_over_16_lines_a_row(dim):
+    """A table of ``dim / 16`` lines a row that ends exactly at its region's end is inside;
+    one line further and it is out."""
+    regions = [{"base": 0x1000, "size": 0x10000, "enable": 1}, {}]
+    command = {"opcode": Opcode.LOOKUP, "bags": 1, "tables": 2, "num_indices": 0,
+               "indices": 0, "offsets": 0x4000, "weights": 0, "output": 0x5000}
+    table_bytes = 5 * dim * 4
+    first = {"base": 0x1000, "rows": 4, "dim": 16, "mode": PoolingMode.SUM}
+    cases = [
+        ([first, {"base": 0x11000 - table_bytes, "rows": 5, "dim": dim,
+                  "mode": PoolingMode.SUM}], (ErrorCode.NONE, 0)),
+        ([first, {"base": 0x11000 - table_bytes + 64, "rows": 5, "dim": dim,
+                  "mode": PoolingMode.SUM}], (ErrorCode.ADDRESS_OUT_OF_REGION, 1)),
+    ]
+    results = run_checker([(command, tables, regions) for tables, _ in cases])
+    assert results == [expected for _, expected in cases]
+
 # ---------------------------------------------------------------------------- writer
 
 def test_line_writer_waits_for_enable_and_flushes_unstarted_lines():

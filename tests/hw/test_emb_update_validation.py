@@ -122,6 +122,27 @@ def test_checker_region_ends_to_the_line(registered):
     assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
 
 
+
+@pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
+def test_checker_table_extents_to_the_line(registered):
+    """A table of 2 or 8 lines a row (dim 32 or 128) that ends exactly at its region's end is
+    inside; one line less of region and it is out: a row counts dim / 16 lines."""
+    draw = np.random.default_rng(9)
+    cases = []
+    while len(cases) < 8:
+        scenario = _base(draw)
+        last = max(range(len(scenario.tables)), key=lambda t: scenario.table_bases[t])
+        dim = scenario.dims[last]
+        if dim < 32:
+            continue
+        end = scenario.table_bases[last] + scenario.tables[last].nbytes
+        ((base, _, enable), buffers_region, disabled) = scenario.regions
+        for size in (end - base, end - base - 64):
+            cases.append(corrupted(scenario, regions=[(base, size, enable), buffers_region,
+                                                      disabled]))
+    seen = _check_commands(cases, registered=registered)
+    assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
+
 def _index_mutation(draw, scenario):
     """One random change to offsets or indices."""
     offsets, indices = scenario.offsets.copy(), scenario.indices.copy()
