@@ -158,8 +158,9 @@ class CheckRunner(wiring.Component):
         idle = Signal.like(timeout)
         at_timeout = idle == timeout
         comparing = Signal()  # a result is being compared slice by slice
+        settling = Signal()  # its last slice is still being compared
         finish = Signal()  # the running check is over
-        m.d.comb += finish.eq(active & at_timeout & ~comparing)
+        m.d.comb += finish.eq(active & at_timeout & ~comparing & ~settling)
 
         # Stimulus: `issued` words have been read from the ROM into the port's data register.
         issued = Signal(range(n_stimulus + 1))
@@ -217,29 +218,51 @@ class CheckRunner(wiring.Component):
                 staged_extra | ~checks[0].match(staged_actual, staged_expected)))
         else:
             # The result is held while its slices are compared with the ROM's, one a cycle;
-            # each slice's address goes out the cycle before it is compared.
+            # each slice's address goes out the cycle before it is read. A slice and the
+            # ROM's word are registered and compared the cycle after (`staged_*`), so neither
+            # the block RAM's output nor the slice's multiplexer is in front of the 128-bit
+            # comparison (a ULX3S build's path into the error count).
             beat = Signal(range(beats))
             held = Signal(checks[0].expected_width)
             held_index = Signal.like(received)
             held_extra = Signal()
-            differs = Signal()  # an earlier slice of the held result
             with m.If(take):
                 m.d.comb += expected_port.addr.eq(received * beats)
                 m.d.sync += [comparing.eq(1), beat.eq(0), held.eq(dut_o.payload),
-                             held_index.eq(received), held_extra.eq(all_received),
-                             differs.eq(0)]
+                             held_index.eq(received), held_extra.eq(all_received)]
+            staged_valid = Signal()
+            staged_last = Signal()
+            staged_extra = Signal()
+            staged_actual = Signal(slice_width)
+            staged_expected = Signal(slice_width)
+            m.d.sync += [
+                staged_valid.eq(comparing),
+                staged_last.eq(beat == beats - 1),
+                staged_extra.eq(held_extra),
+                staged_actual.eq(held.word_select(beat, slice_width)),
+                staged_expected.eq(expected_port.data),
+            ]
             with m.If(comparing):
                 m.d.comb += expected_port.addr.eq(held_index * beats + beat + 1)
-                mismatch = held.word_select(beat, slice_width) != expected_port.data
                 with m.If(beat == beats - 1):
                     m.d.sync += comparing.eq(0)
-                    m.d.comb += wrong.eq(held_extra | differs | mismatch)
                 with m.Else():
-                    m.d.sync += [beat.eq(beat + 1), differs.eq(differs | mismatch)]
+                    m.d.sync += beat.eq(beat + 1)
+            differs = Signal()  # an earlier slice of the staged result
+            mismatch = staged_actual != staged_expected
+            with m.If(staged_valid):
+                with m.If(staged_last):
+                    m.d.sync += differs.eq(0)
+                    m.d.comb += wrong.eq(staged_extra | differs | mismatch)
+                with m.Else():
+                    m.d.sync += differs.eq(differs | mismatch)
+            # The check is not over while its last slice waits in the stage.
+            m.d.comb += settling.eq(staged_valid)
         # The error count adds registered terms, so neither the comparison nor the timeout's
-        # `finish` is in front of its adder. A wrong result counts a cycle late, still no
-        # later than the `done` of its check (`finish` waits for the comparison, or for
-        # `timeout_cycles` >= 1 after a single-beat result). `remaining` is a cycle old at
+        # `finish` is in front of its adder. A wrong result counts a cycle after its
+        # comparison, still no later than the `done` of its check (`finish` waits for the
+        # staged comparison of the last slice, or for `timeout_cycles` >= 1 after a
+        # single-beat result). `remaining` is a cycle old at
         # `finish`, when `received` has been still for those cycles.
         wrong_counted = Signal()
         remaining = Signal.like(received)

@@ -35,7 +35,7 @@ bus at dim 16 (the indices themselves cost 1/16 of the row traffic there) rising
 dim 128, at read latencies of 30 and 100 cycles.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -46,6 +46,7 @@ from hw.mem.axi import AXI4Signature
 from hw.mem.line_stream import LinePrefetch, LineStream
 from hw.mem.line_writer import LineWriter
 from hw.mem.reorder import ReadReorderBuffer
+from hw.skid import SkidBuffer
 
 from ..params import check_bool
 from .bags import BagSequencer, check_mean_reciprocal
@@ -137,7 +138,11 @@ class LookupEngine(wiring.Component):
         lane of the offset and index line streams its own copy of their read pointer
         (:mod:`hw.fanout`); and the offset, index and weight windows ask for lines from
         registers (:class:`~hw.mem.line_stream.LineStream`, ``registered_fetch``); a sequential
-        MEAN divider finds one quotient bit a cycle, not two. Needs a
+        MEAN divider finds one quotient bit a cycle, not two; and the issuer's read requests
+        pass a skid buffer (:class:`~hw.skid.SkidBuffer`) on their way to the reorder buffer,
+        so the memory's ``ready`` no longer reaches the issuer's row queue in the same cycle
+        (a cycle more per read); and the offsets validator compares a registered window
+        (:class:`~hw.emb.validate.OffsetsValidator`, ``registered_window``). Needs a
         multiplier of at least two stages. Default False.
     lane_fold : int
         Cycles a line takes through the pooler's multiplier and adder, folded
@@ -304,11 +309,7 @@ class LookupEngine(wiring.Component):
         m.submodules.offsets_use = offsets_use = LinePrefetch(pointer_copies=pointer_copies)
         m.submodules.indices_check = indices_check = LinePrefetch(pointer_copies=pointer_copies)
         m.submodules.offsets_validator = offsets_validator = OffsetsValidator(
-            # Not registered_window: with it the lookup's control alone closed lower on the
-            # ULX3S (49.6 and 49.2 MHz at seeds 1 and 2, against 54.7 and 51.3), the
-            # read-address chain from `keep` to the issuer's row queue then leading
-            # (docs/measurements.md, "Checks from registers").
-            max_tables=self._max_tables)
+            max_tables=self._max_tables, registered_window=self._fpga_pipelining)
         m.submodules.index_validator = index_validator = IndexValidator(
             max_tables=self._max_tables, addr_width=aw,
             replicated_rows=self._fpga_pipelining)
@@ -404,7 +405,23 @@ class LookupEngine(wiring.Component):
         ]
         with m.If(defer_mean):
             m.d.comb += issuer.descriptors.payload.scale.eq(_FLOAT32_ONE)
-        wiring.connect(m, issuer.requests, reorder.request)
+        if self._fpga_pipelining:
+            # The reorder buffer's `ready` (its room and the memory's `arready`) would
+            # otherwise decide, in the same cycle, whether the issuer's row queue advances
+            # (its 153 read-port enables led a ULX3S build's lookup paths). A stopped command's
+            # request is dropped like the issuer's own: `stop` gates it and clears the buffer.
+            request_skid = m.submodules.request_skid = ResetInserter(issuer.start | issuer.stop)(
+                SkidBuffer(shape=issuer.requests.payload.shape()))
+            wiring.connect(m, issuer.requests, request_skid.i)
+            m.d.comb += [
+                reorder.request.valid.eq(request_skid.o.valid & ~issuer.stop),
+                reorder.request.payload.eq(request_skid.o.payload),
+                request_skid.o.ready.eq(reorder.request.ready),
+            ]
+            requests_idle = request_skid.empty
+        else:
+            wiring.connect(m, issuer.requests, reorder.request)
+            requests_idle = Const(1)
         wiring.connect(m, reorder.pop, pooler.ops)
         wiring.connect(m, pooler.out, writer.lines)
 
@@ -596,7 +613,7 @@ class LookupEngine(wiring.Component):
             with m.State("Gather"):
                 m.d.comb += writer.enable.eq(1)
                 finished = (offsets_validator.done & index_validator.done & bags.done
-                            & issuer.idle & all_quiet)
+                            & issuer.idle & requests_idle & all_quiet)
                 with m.If(failed):
                     m.d.sync += [status.error.eq(found.code), status.table.eq(found.table),
                                  status.bag.eq(found.bag), status.position.eq(found.position),
