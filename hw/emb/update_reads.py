@@ -107,8 +107,12 @@ class ReadRouter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         count = len(self._sources)
-        context = m.submodules.context = fifo.SyncFIFO(width=Shape.cast(range(count)).width,
-                                                      depth=self._total)
+        # Buffered: the head's owner comes from a register, not through the LUT RAM's read,
+        # in front of `r.ready` and the chosen FIFO's write (a ULX3S build's path into the
+        # shared buffer's write address). An entry is readable two cycles after its request
+        # is taken, no later than its response can come (`ar` is a register).
+        context = m.submodules.context = fifo.SyncFIFOBuffered(
+            width=Shape.cast(range(count)).width, depth=self._total)
         m.d.comb += self.outstanding.eq(context.level)
 
         ar_free = ~self.ar.valid | self.ar.ready
