@@ -281,9 +281,18 @@ class Pooler(wiring.Component):
             self.out.payload.data.eq(result),
             self.idle.eq(~Cat(valid).any()),
         ]
+        # Each lane's write address and enable from its own copy of the tail's registers (with
+        # lane_replicas): one register drove the 128 LUT RAM cells of all 16 lanes.
+        before_tail = stage[depth - 1]
+        write_addresses = lane_copies(m, address(before_tail), address(tail),
+                                      name="acc_write_address", **copies)
+        write_enables = lane_copies(m, valid[depth - 1] & writes_back(before_tail),
+                                    valid[depth] & writes_back(tail), name="acc_write_enable",
+                                    **copies)
         for k, write in enumerate(acc_writes):
-            m.d.comb += [write.addr.eq(address(tail)), write.data.eq(result[32 * k:32 * (k + 1)]),
-                         write.en.eq(valid[depth] & writes_back(tail))]
+            m.d.comb += [write.addr.eq(write_addresses[k]),
+                         write.data.eq(result[32 * k:32 * (k + 1)]),
+                         write.en.eq(write_enables[k])]
         m.d.sync += outputs_in_flight.eq(outputs_in_flight + (keep & makes_output(op)) - push)
 
         with m.If(self.start):
