@@ -14,7 +14,7 @@ memory (on an FPGA one set of block RAMs instead of one per source). A shared so
 delivers at most one line every third cycle.
 """
 
-from amaranth.hdl import Module, Mux, ResetInserter, Shape, Signal
+from amaranth.hdl import Cat, Module, Mux, ResetInserter, Shape, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -129,7 +129,11 @@ class ReadRouter(wiring.Component):
             # A region's slot is written only while free and read only while full, so a read
             # never meets a write to its address.
             buffer_read = buffer.read_port(transparent_for=())
-            m.d.comb += buffer_write.data.eq(self.r.payload.data)
+            # A landed line is written a cycle later, from registers (its source counts it
+            # stored once written): the write address and enable reach every cell of the
+            # 512-bit-wide LUT RAM, and in front of them were the response's handshake and
+            # the owner's choice (a ULX3S build's path into its write address).
+            m.d.sync += buffer_write.data.eq(self.r.payload.data)
 
         responses, levels, in_flight, used = [], [], [], []
         granted = Signal()  # an earlier (higher-priority) source took this cycle's slot
@@ -195,6 +199,8 @@ class ReadRouter(wiring.Component):
                                            - (lines.r_en & lines.r_rdy))
             m.d.sync += flying.eq(flying + issued[index] - landed[index])
 
+        if shared:
+            m.d.sync += buffer_write.en.eq(Cat(*(landed[index] for index, _, _ in shared)).any())
         base = 0
         read_granted = Signal()
         for index, name, depth in shared:
@@ -224,9 +230,10 @@ class ReadRouter(wiring.Component):
         def advance(pointer):
             return Mux(pointer == depth - 1, 0, pointer + 1)
 
+        written = Signal(name=f"{name}_written")  # landed last cycle, written this one
+        m.d.sync += written.eq(landed)
         with m.If(landed):
-            m.d.comb += [write.en.eq(1), write.addr.eq(base + tail)]
-            m.d.sync += tail.eq(advance(tail))
+            m.d.sync += [write.addr.eq(base + tail), tail.eq(advance(tail))]
         # Refill only an empty register: not one being taken, which would put the consumer's
         # ready in front of the read address (the update engine's longest path on ECP5). A
         # source then delivers a line every third cycle, plenty for a word stream.
@@ -235,7 +242,7 @@ class ReadRouter(wiring.Component):
         with m.If(refill):
             m.d.comb += read.addr.eq(base + head)
             m.d.sync += head.eq(advance(head))
-        m.d.sync += [stored.eq(stored + landed - refill), loading.eq(refill)]
+        m.d.sync += [stored.eq(stored + written - refill), loading.eq(refill)]
         with m.If(loading):
             m.d.sync += [out_data.eq(read.data), out_valid.eq(1)]
         with m.Elif(out_valid & response.ready):
