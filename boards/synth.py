@@ -90,7 +90,7 @@ EMB_CLOCK_MHZ = 25.0
 
 
 #: Engine parameters of the ``emb`` design per board, over
-#: :data:`boards.bist.emb_dut.ENGINE_DEFAULTS`. On the ECPIX-5 the defaults (four-stage FP
+#: :data:`boards.bist.emb_dut.ENGINE_DEFAULTS`. On the ECPIX-5 the defaults (then four-stage FP
 #: units, ``fpga_pipelining``) do not route: router2 came down to 275 overused wires at
 #: iteration 27 and climbed back to 1,357 by iteration 66. The earlier configuration routes
 #: there and meets timing (35.3 MHz with ``dfbf6ac``'s circuit, 38.4 MHz before). On the

@@ -44,15 +44,19 @@ class Step(enum.Enum, shape=2):
 # multiplexers. They cost some 5,000 flip-flops (seven stages would cost 15,000 more). A
 # fifth multiplier stage (``classify`` apart from ``prenormalize``: the operands, chosen
 # across the die, reach a lane's unpacking in a cycle of their own) then took it from 33.2
-# to 36.1 MHz for 1,661 flip-flops, and the lookup alone from 29.8 to 35.6 MHz. The
+# to 36.1 MHz for 1,661 flip-flops, and the lookup alone from 29.8 to 35.6 MHz. With the
+# lanes folded by 2 there is room for the full seven multiplier stages (``product`` apart
+# from ``normalize``: a multiplier lane's carry chain and normalization were the folded
+# design's longest path, 52.8 MHz) and five adder stages (``compare`` apart from ``swap``),
+# about 4,400 flip-flops more. The
 # self-test runs strict lookups, so the relaxed lookup's correction is left out. MEAN factors
 # come from the sequential divider (569 LUT4 and 178 FF; the pipelined one is 2,927 and
 # 2,683).
 ENGINE_DEFAULTS = dict(max_tables=2, max_dim=32, num_regions=1, addr_width=13, id_width=3,
                        outstanding_reads=4, index_buffer_depth=32, offset_buffer_depth=32,
                        output_buffer_depth=2, bag_slots=4, max_unique_rows=4,
-                       update_outstanding_reads=4, relaxed_lookup=False, add_stages=4,
-                       mul_stages=5, mean_reciprocal="sequential", fpga_pipelining=True)
+                       update_outstanding_reads=4, relaxed_lookup=False, add_stages=5,
+                       mul_stages=7, mean_reciprocal="sequential", fpga_pipelining=True)
 
 #: The engine configuration before four-stage FP units and ``fpga_pipelining``, over
 #: :data:`ENGINE_DEFAULTS`: the ECPIX-5 design routes with it (``boards.synth``), and the
