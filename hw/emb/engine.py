@@ -310,11 +310,8 @@ class EmbeddingEngine(wiring.Component):
         if self._shared_lanes:
             update_index = order.index("update")
             # The owner per lane: with fpga_pipelining no single register selects all 2,048
-            # operand bits. The copies follow `owner` a cycle late, so the dispatch's decision
-            # (the command's opcode and the engine's `ready`) is not in front of them; no
-            # engine issues an FP op in the first cycles of its command (each checks the
-            # command first), and the other engine's pipeline is empty by then.
-            lane_owners = lane_copies(m, owner == update_index, owner == update_index,
+            # operand bits.
+            lane_owners = lane_copies(m, owner_next == update_index, owner == update_index,
                                       copies=LANES, name="update_owns",
                                       replicate=self._fpga_pipelining)
             self._share_lanes(m, engines, owner == update_index, lane_owners)
