@@ -30,8 +30,6 @@ of the first (it would read the sum before it is written): a short window of rec
 stalls it.
 """
 
-from types import SimpleNamespace
-
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.memory import Memory
@@ -387,36 +385,18 @@ class UpdateDatapath(wiring.Component):
             adder = m.submodules.adder = FPLanes(
                 op="add", lanes=_LANES, stages=self._add_stages, tag_width=add_tag.size,
                 fold=self._fold)
+        buffer = m.submodules.buffer = Memory(shape=LINE_BITS, depth=self.buffer_lines,
+                                              init=[])
+        buffer_write = buffer.write_port()
+        # Not transparent: a sum is read at least one cycle after it was written (the hazard
+        # window covers the write cycle too).
+        # (With correction lanes the correction reads while apply does: a port of its own.)
         # With lane_replicas (and a port per use) apply reads its own copy of the buffer, a
         # memory per lane read asynchronously at a copy of the registered address: one read
         # address for the whole line reaches every LUT-RAM cell of it, a net over the die
         # (20 ns of routing in a ULX3S build).
         apply_per_lane = self._read_port_per_use and self._lane_replicas
-        # Without corrections the buffer itself is then a memory per lane too, and each lane
-        # writes both its memories at its own copy of the write address and enable (loaded
-        # from the adder's input tag, delayed to a cycle before its output): one register
-        # wrote every cell of the line (19 ns of routing into the write address in a ULX3S
-        # build).
-        lane_buffers = apply_per_lane and not self._corrections and self.add_latency >= 1
-        buffer_write = SimpleNamespace(en=Signal(name="buffer_write_en"),
-                                       addr=Signal(buffer_address, name="buffer_write_addr"),
-                                       data=Signal(LINE_BITS, name="buffer_write_data"))
-        if lane_buffers:
-            accumulate_read = SimpleNamespace(
-                addr=Signal(buffer_address, name="accumulate_read_addr"),
-                data=Signal(LINE_BITS, name="accumulate_read_data"))
-        else:
-            buffer = m.submodules.buffer = Memory(shape=LINE_BITS, depth=self.buffer_lines,
-                                                  init=[])
-            write_port = buffer.write_port()
-            m.d.comb += [write_port.en.eq(buffer_write.en), write_port.addr.eq(buffer_write.addr),
-                         write_port.data.eq(buffer_write.data)]
-        # Not transparent: a sum is read at least one cycle after it was written (the hazard
-        # window covers the write cycle too).
-        # (With correction lanes the correction reads while apply does: a port of its own.)
-        if lane_buffers:
-            apply_read = correct_read = None
-        elif self._read_port_per_use:
+        if self._read_port_per_use:
             accumulate_read = buffer.read_port()
             apply_read = None if apply_per_lane else buffer.read_port()
             correct_read = buffer.read_port() if self._corrections else None
@@ -563,10 +543,6 @@ class UpdateDatapath(wiring.Component):
         # reads a line only once its sums are final and before its delta is written, so no
         # write meets it there.
         apply_sum = Signal(LINE_BITS)
-        # Each lane's write address and enable (copies with lane_buffers, set below).
-        lane_write_addresses = [Signal(buffer_address, name=f"buffer_write_addr_{k}")
-                                for k in range(_LANES)]
-        lane_write_enables = [Signal(name=f"buffer_write_en_{k}") for k in range(_LANES)]
         if apply_per_lane:
             addresses = lane_copies(m, stage_a_buffer, apply_buffer, name="apply_buffer",
                                     copies=_LANES, replicate=True)
@@ -575,19 +551,9 @@ class UpdateDatapath(wiring.Component):
                 lane_memory = m.submodules[f"apply_buffer_{k}"] = Memory(
                     shape=32, depth=self.buffer_lines, init=[])
                 write, read = lane_memory.write_port(), lane_memory.read_port(domain="comb")
-                m.d.comb += [write.en.eq(lane_write_enables[k]),
-                             write.addr.eq(lane_write_addresses[k]),
+                m.d.comb += [write.en.eq(buffer_write.en), write.addr.eq(buffer_write.addr),
                              write.data.eq(buffer_write.data[lane]), read.addr.eq(address),
                              apply_sum[lane].eq(read.data)]
-                if lane_buffers:
-                    lane_memory = m.submodules[f"buffer_{k}"] = Memory(
-                        shape=32, depth=self.buffer_lines, init=[])
-                    write, read = lane_memory.write_port(), lane_memory.read_port()
-                    m.d.comb += [write.en.eq(lane_write_enables[k]),
-                                 write.addr.eq(lane_write_addresses[k]),
-                                 write.data.eq(buffer_write.data[lane]),
-                                 read.addr.eq(accumulate_read.addr),
-                                 accumulate_read.data[lane].eq(read.data)]
         else:
             m.d.comb += apply_sum.eq(apply_read.data)
 
@@ -875,27 +841,6 @@ class UpdateDatapath(wiring.Component):
             with m.If(subtractor.o.valid):
                 m.d.comb += [buffer_write.addr.eq(subtractor.o.payload.tag),
                              buffer_write.data.eq(subtractor.o.payload.result)]
-        if lane_buffers:
-            # The adder's input, delayed add_latency - 1 cycles: what its output will carry
-            # next cycle, so copies loaded from it hold the output's write address and enable.
-            ahead_write = adder.i.valid & (add_in_tag.job == _Job.ACCUMULATE)
-            ahead_buffer = add_in_tag.buffer
-            for age in range(self.add_latency - 1):
-                delayed_write = Signal(name=f"ahead_write_{age}")
-                delayed_buffer = Signal(buffer_address, name=f"ahead_buffer_{age}")
-                m.d.sync += [delayed_write.eq(ahead_write), delayed_buffer.eq(ahead_buffer)]
-                ahead_write, ahead_buffer = delayed_write, delayed_buffer
-            addresses = lane_copies(m, ahead_buffer, buffer_write.addr, copies=_LANES,
-                                    name="buffer_write_addr", replicate=True)
-            enables = lane_copies(m, ahead_write, buffer_write.en, copies=_LANES,
-                                  name="buffer_write_en", replicate=True)
-            m.d.comb += [*(lane.eq(copy) for lane, copy in
-                           zip(lane_write_addresses, addresses, strict=True)),
-                         *(lane.eq(copy) for lane, copy in
-                           zip(lane_write_enables, enables, strict=True))]
-        else:
-            m.d.comb += [*(lane.eq(buffer_write.addr) for lane in lane_write_addresses),
-                         *(lane.eq(buffer_write.en) for lane in lane_write_enables)]
         accumulating_next = accumulating + accumulate_go - job_done[_Job.ACCUMULATE]
         applying_next = applying + apply_go - finished_apply
         # With correction lanes a bag's STORE may enter the queue beside apply's lines: it
