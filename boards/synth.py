@@ -97,7 +97,7 @@ EMB_CLOCK_MHZ = 25.0
 #: ULX3S the FP lanes are folded by 2 (8 multiplier and 8 adder units, a line over two
 #: cycles): with a unit per lane the design fills 72% of the LUTs, and of its twelve builds
 #: since ``e2d0287``'s control registers two routed (46.3 and 39.5 MHz) and ten stopped
-#: converging; folded, it fills 61% and routes at seed 1 at 50.5 MHz (``1013d51``), the
+#: converging; folded, it fills 62% and routes at seed 2 at 56.7 MHz (``5f31199``), the
 #: board design's best clock so far. ``--lane-fold 1`` builds a unit per lane.
 EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": TWO_STAGE_ENGINE_PARAMS, "ulx3s-85f": {"lane_fold": 2}}
 
@@ -108,8 +108,11 @@ EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": TWO_STAGE_ENGINE_PARAMS, "ulx3s-85f": {"
 #: circuit (a unit per lane) seed 0 (nextpnr's own default) left 5,101 wires overused at
 #: iteration 77 and rising, where seed 1 routed by iteration 65 (45.96 MHz, 16 min). With the
 #: lanes folded by 2 (``1013d51``) seed 1 routed by iteration 111 (50.53 MHz, 18 min) and
-#: seed 2 was stopped (269 overused wires at iteration 41, 791 at 63), so seed 1 comes first.
-EMB_BOARD_NEXTPNR_SEEDS = {"ulx3s-85f": (1, 2, 3)}
+#: seed 2 was stopped (269 overused wires at iteration 41, 791 at 63). With the registers
+#: and FP stages of ``516d4ac``..``5f31199`` it turned: seed 2 routed (56.68 MHz, 26 min)
+#: and seed 1 was stopped (33 overused wires at iteration 94, 579 at 156), so seed 2 comes
+#: first.
+EMB_BOARD_NEXTPNR_SEEDS = {"ulx3s-85f": (2, 1, 3)}
 
 _SEED_OPTIONS = ("--seed", "-r", "--randomize-seed")
 
