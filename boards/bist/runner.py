@@ -262,8 +262,8 @@ class CheckRunner(wiring.Component):
         # `finish` is in front of its adder. A wrong result counts a cycle after its
         # comparison, still no later than the `done` of its check (`finish` waits for the
         # staged comparison of the last slice, or for `timeout_cycles` >= 1 after a
-        # single-beat result). `remaining` is a cycle old at
-        # `finish`, when `received` has been still for those cycles.
+        # single-beat result). `remaining` is a cycle old at `finish`, when `received` has
+        # been still for those cycles.
         wrong_counted = Signal()
         remaining = Signal.like(received)
         m.d.sync += [wrong_counted.eq(wrong), remaining.eq(expected_end - received)]
