@@ -685,6 +685,54 @@ def test_datapath_apply_keeps_deltas_at_its_rate(delta_lanes, fpga):
     assert span == (lines - 1 if delta_lanes else 2 * lines - dut.add_latency - 2), taken_at
 
 
+@pytest.mark.parametrize(("fpga", "seed"), [(False, 1), (True, 2)])
+def test_datapath_apply_waits_for_room_in_a_full_write_queue(fpga, seed):
+    """The memory takes no write for a long while, then takes them at random: rows are
+    offered every cycle, so the write queue fills and the apply must stop with a line in
+    flight for each free entry (``write_room``). Every row comes out once, in order and
+    bit-exact; none is dropped at a full queue."""
+    capacity, lps = 16, 2
+    lines = capacity * lps
+    dut = UpdateDatapath(capacity=capacity, lines_per_slot=lps, line_address_width=10,
+                         lane_replicas=fpga, registered_operands=fpga, read_port_per_use=fpga)
+    draw = np.random.default_rng(seed)
+    gradient = draw.standard_normal((lines, 16)).astype(np.float32)
+    rows = draw.standard_normal((lines, 16)).astype(np.float32)
+    lr = np.float32(0.625)
+    written = []
+    stall = 4 * dut.apply_latency + 64      # long enough to fill the queue several times over
+
+    async def gradients(ctx):
+        await send(ctx, dut.gradient, [_line_int(line) for line in gradient])
+
+    async def collect(ctx):
+        pace = random.Random(seed)
+        cycle = 0
+        while True:
+            ready = cycle >= stall and pace.random() < 0.3
+            ctx.set(dut.writes.ready, ready)
+            _, _, valid, payload = await ctx.tick().sample(dut.writes.valid, dut.writes.payload)
+            if valid and ready:
+                written.append((payload.address, _line_floats(payload.data)))
+            cycle += 1
+
+    async def testbench(ctx):
+        ctx.set(dut.lr, int(lr.view(np.uint32)))
+        await _accumulate_each_slot_once(ctx, dut, capacity, lps)
+        for line in range(lines):
+            _offer_row_line(ctx, dut, rows, line, lps)
+            await ctx.tick().until(dut.rows.ready)
+        ctx.set(dut.rows.valid, 0)
+        ctx.set(dut.row_context.valid, 0)
+        await ctx.tick().until(dut.apply_idle & ~dut.writes_queued)
+
+    simulate(dut, gradients, testbench, processes=(collect,), deadline=20_000)
+    new_rows = rows - lr * gradient
+    assert [address for address, _ in written] == list(range(lines))
+    for line, (_, floats) in enumerate(written):
+        assert np.array_equal(floats.view(np.uint32), new_rows[line].view(np.uint32)), line
+
+
 def test_datapath_correction_lanes_correct_beside_the_apply():
     """With lanes of its own the correction runs while apply does: every slot's LOAD, CORRECT
     and STORE are queued before the first row line, each CORRECT line waits for its slot's
