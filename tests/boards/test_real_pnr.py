@@ -9,6 +9,7 @@ import json
 import pytest
 
 from boards import synth
+from boards.logic_depth import DelayModel, analyse
 from boards.toolchain import open_toolchain_available
 
 HAVE_FP = importlib.util.find_spec("hw.fp") is not None
@@ -49,3 +50,11 @@ def test_synth_only_counts_yosys_cells(tmp_path, capsys):
     assert utilization["DSP"] == {"used": cells["MULT18X18D"], "available": 156}
     assert not (board_dir / "top.bit").exists()
     assert "not placed, no Fmax" in capsys.readouterr().out
+    # The netlist's paths (boards.logic_depth): one into each flip-flop's data input that is
+    # not a constant, and the latest runs through the significand multiplier.
+    netlist = json.loads((board_dir / "top.json").read_text())
+    paths = analyse(netlist)
+    driven = {f"{name}.DI" for name, cell in netlist["modules"]["top"]["cells"].items()
+              if cell["type"] == "TRELLIS_FF" and cell["connections"]["DI"][0] not in ("0", "1")}
+    assert driven and driven <= {p.endpoint for p in paths}
+    assert paths[0].arrival_ns > DelayModel().multiplier_ns and paths[0].levels >= 2
