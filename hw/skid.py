@@ -8,7 +8,7 @@ a second register for the payload that arrives while the consumer stalls; a word
 every cycle.
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -54,13 +54,16 @@ class SkidBuffer(wiring.Component):
             self.i.ready.eq(~skid_valid),
             self.empty.eq(~self.o.valid & ~skid_valid),
         ]
+        # The payload registers load whenever they may (the skid register while empty, the
+        # output whenever it is free), not only when a payload moves: their enables, which
+        # reach every payload bit, then start at a flip-flop and at the consumer's ready, not
+        # behind the handshakes. A payload loaded with no `valid` is never used.
+        with m.If(~skid_valid):
+            m.d.sync += skid.eq(self.i.payload)
         with m.If(o_free):
-            with m.If(skid_valid):   # (then nothing is taken: i.ready is low)
-                m.d.sync += [self.o.payload.eq(skid), skid_valid.eq(0)]
-            with m.Elif(taken):
-                m.d.sync += self.o.payload.eq(self.i.payload)
-            m.d.sync += self.o.valid.eq(skid_valid | taken)
+            m.d.sync += [self.o.payload.eq(Mux(skid_valid, skid, self.i.payload)),
+                         self.o.valid.eq(skid_valid | taken), skid_valid.eq(0)]
         with m.Elif(taken):
             # The consumer stalls this cycle: the payload waits in the skid register.
-            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+            m.d.sync += skid_valid.eq(1)
         return m

@@ -848,7 +848,11 @@ class UpdateDatapath(wiring.Component):
         entered, spare = finished_apply, 0
         if self._correction_lanes:
             entered, spare = writes.w_en, 1
-        writes_level_next = writes.level + entered - (writes.r_en & writes.r_rdy)
+        # With lane_replicas this cycle's pop is left out: a level a pop too high is a safe
+        # bound (room a cycle later at most when the queue is full), and the writer's ready,
+        # which decides the pop, is then not in front of the room's adders and comparison.
+        popped = 0 if self._lane_replicas else writes.r_en & writes.r_rdy
+        writes_level_next = writes.level + entered - popped
         m.d.sync += [
             accumulating.eq(accumulating_next),
             applying.eq(applying_next),
