@@ -7,6 +7,9 @@ line *ops*; the order of ops is the order the pooler will see them in, and withi
 the index order of the golden model.
 """
 
+import functools
+import operator
+
 from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal, unsigned
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -187,22 +190,29 @@ class GatherIssuer(wiring.Component):
         go = Signal()
         m.d.comb += go.eq(~self.stop & ~error_seen & room & ready.any())
 
-        last_chosen = Signal(self._slot_bits)
-        rotated = Signal(slots)
-        m.d.comb += rotated.eq(Cat(ready, ready) >> (last_chosen + 1))
-        offset = Signal(self._slot_bits)
-        for k in reversed(range(slots)):
-            with m.If(rotated[k]):
-                m.d.comb += offset.eq(k)
-        chosen = Signal(self._slot_bits)
-        m.d.comb += chosen.eq(last_chosen + 1 + offset)
+        # The round robin as a one-hot grant: slot s wins when it is ready and no slot after
+        # the last chosen one and before s is. Each grant bit is then a function of the ready
+        # bits and the one-hot last choice (two LUT levels for four slots), not of a rotation,
+        # a priority encoder and an adder in a row (a ULX3S build's paths into the slots'
+        # enables ran through all three).
+        last_chosen = Signal(slots, init=1 << (slots - 1))
+        grant = Signal(slots)
+        for s in range(slots):
+            wins = []
+            for last in range(slots):
+                between = [(last + 1 + k) % slots for k in range((s - last - 1) % slots)]
+                wins.append(last_chosen[last] & ~Cat(ready[j] for j in between).any()
+                            if between else last_chosen[last])
+            m.d.comb += grant[s].eq(ready[s] & Cat(wins).any())
+        chosen = Signal(self._slot_bits)           # the grant's index (an OR of its bits)
+        m.d.comb += chosen.eq(functools.reduce(
+            operator.or_, (Mux(grant[s], s, 0) for s in range(slots))))
 
         def pick(signals, name):
+            """The granted slot's value: an AND-OR over the one-hot grant."""
             value = Signal.like(signals[0], name=f"chosen_{name}")
-            with m.Switch(chosen):
-                for s in range(slots):
-                    with m.Case(s):
-                        m.d.comb += value.eq(signals[s])
+            m.d.comb += value.eq(functools.reduce(
+                operator.or_, (Mux(grant[s], signals[s], 0) for s in range(slots))))
             return value
 
         c_final, c_empty = pick(final, "final"), pick(empty_bag, "empty")
@@ -227,7 +237,7 @@ class GatherIssuer(wiring.Component):
             c_op.out_line.eq(c_out_line), c_op.scale.eq(c_scale),
         ]
         with m.If(go):
-            m.d.sync += last_chosen.eq(chosen)
+            m.d.sync += last_chosen.eq(grant)
 
         # --- stage A (with ``registered_index_address``): the chosen op, registered, reads the
         # index and weight windows. Without, the choice itself reads them.
@@ -362,7 +372,7 @@ class GatherIssuer(wiring.Component):
         no_rows = descriptor.length == 0
 
         loaded_weighted = mode == PoolingMode.WEIGHTED
-        chosen_now = [go & (chosen == s) for s in range(slots)]
+        chosen_now = [go & grant[s] for s in range(slots)]
         for s in range(slots):
             # The chosen slot advances from its own registers, not from the chosen_* copies:
             # the slot choice then only enables them, and the increment is not behind the
@@ -415,7 +425,7 @@ class GatherIssuer(wiring.Component):
                         advanced[s].eq(chosen_now[s]),
                     ]
         with m.If(self.start):
-            m.d.sync += [frontier.eq(0), last_chosen.eq(slots - 1)]
+            m.d.sync += [frontier.eq(0), last_chosen.eq(1 << (slots - 1))]
         with m.Elif(load):
             m.d.sync += frontier.eq(descriptor.start + descriptor.length)
 

@@ -199,7 +199,8 @@ def test_issuer_reports_an_index_past_its_table_and_issues_no_row_for_it(stages,
 @pytest.mark.parametrize("stages", list(STAGES))
 def test_issuer_issues_a_line_per_cycle(stages):
     """Rows of one line each, every index landed, requests always taken: after the first,
-    the issuer puts out an op every cycle (its pipeline and row queue never starve)."""
+    the issuer puts out an op every cycle (its pipeline and row queue never starve), taking
+    the slots in turn."""
     bags = [{"table": 0, "bag": number, "start": 4 * number, "length": 4,
              "out_line": 0x100 + number, "scale": 0} for number in range(32)]
     indices = [k % TABLES[0]["rows"] for k in range(4 * len(bags))]
@@ -230,15 +231,20 @@ def test_issuer_issues_a_line_per_cycle(stages):
         ctx.set(dut.requests.ready, 1)
         cycle = 0
         while len(cycles) < len(indices):
-            _, _, valid = await ctx.tick().sample(dut.requests.valid)
+            _, _, valid, request = await ctx.tick().sample(dut.requests.valid,
+                                                          dut.requests.payload)
             cycle += 1
             if valid:
                 cycles.append(cycle)
+                slots.append(request.context.slot)
 
+    slots = []
     pysim.simulate(dut, feed_descriptors, take_requests, processes=[serve_windows],
                    deadline=2_000, check=False)
     assert len(cycles) == len(indices), "the issuer stopped"
     assert cycles[-1] - cycles[0] == len(indices) - 1, cycles
+    # Round robin: with every slot ready each op comes from the slot after the last one's.
+    assert all(b == (a + 1) % 4 for a, b in zip(slots, slots[1:])), slots
 
 
 @pytest.mark.parametrize("stages", list(STAGES))
