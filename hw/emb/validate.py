@@ -13,7 +13,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..fanout import lane_copies
+from ..fanout import replicated_register
 from ..params import check_bool
 from .layouts import ErrorCode, table_layout
 
@@ -378,7 +378,8 @@ class IndexValidator(wiring.Component):
 
     The current table's row count is a register loaded when the table changes, so the
     lanes' comparators start from flip-flops. With ``replicated_rows`` each lane compares
-    against its own copy of it (:func:`hw.fanout.lane_copies`): on an FPGA the one register
+    against its own copy of it (:func:`hw.fanout.replicated_register`), loaded a cycle after
+    the count itself, so the walk waits a cycle at each new table: on an FPGA the one register
     otherwise reaches all 16 lanes' 32-bit comparators over one long net. ``tables`` is read at
     ``start`` and at each change of table; it must not change while the validator runs.
     """
@@ -422,8 +423,15 @@ class IndexValidator(wiring.Component):
         rows_next = Signal(32)  # what `rows` holds next cycle
         m.d.comb += rows_next.eq(rows)
         m.d.sync += rows.eq(rows_next)
-        rows_per_lane = lane_copies(m, rows_next, rows, copies=LANES, name="rows",
-                                    replicate=self._replicated_rows)
+        # The lanes' copies load from `rows` itself, a cycle behind it, so that only a
+        # flip-flop is in front of their 512 inputs (loaded from `rows_next` they were behind
+        # the start and the walk's step: 17 ns in a ULX3S build). The cycle after `rows`
+        # takes a new table's count (`rows_fresh`) the walk waits.
+        rows_fresh = Signal()
+        if self._replicated_rows:
+            rows_per_lane = replicated_register(m, rows, copies=LANES, name="rows")
+        else:
+            rows_per_lane = [rows] * LANES
 
         line = self.lines.payload
         values = _lanes(line)
@@ -467,7 +475,7 @@ class IndexValidator(wiring.Component):
         judged_end = Signal(32)
         step = Signal()
         m.d.comb += [
-            step.eq(active & ~table_exhausted & self.lines.valid),
+            step.eq(active & ~table_exhausted & ~rows_fresh & self.lines.valid),
             # The segment ends the line, or ends the last table (num_indices) inside it.
             self.lines.ready.eq(step & (~ends_in_line | table_end_final)),
             self.done.eq(~active & ~judge),
@@ -486,14 +494,20 @@ class IndexValidator(wiring.Component):
                     table_end_final.eq(end == indices),
                     *track(end, last_line, end == at, at[4:])]
 
+        def new_rows(value):
+            m.d.comb += rows_next.eq(value)
+            if self._replicated_rows:
+                m.d.sync += rows_fresh.eq(1)
+
         def next_table():
             # The cursor is at (or moves to) the old table_end.
             m.d.sync += [table.eq(table + 1),
                          *load_table_end(following_end, num_indices, at=table_end)]
-            m.d.comb += rows_next.eq(following_rows)
+            new_rows(following_rows)
 
+        m.d.sync += rows_fresh.eq(0)
         with m.If(self.start):
-            m.d.comb += rows_next.eq(self.tables[0].rows)
+            new_rows(self.tables[0].rows)
             m.d.sync += [
                 num_indices.eq(self.num_indices), cursor.eq(0), table.eq(0),
                 *load_table_end(self.table_starts[1], self.num_indices, at=Const(0, 32)),
