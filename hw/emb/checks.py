@@ -100,18 +100,23 @@ class CommandChecker(wiring.Component):
             "applicable": Signal(), "dim_bad": Signal(),
         }
         dim_line_bits = (self._max_dim // 16).bit_length()
+        # Each table's extent in a register of its own, loaded every cycle: `tables` holds
+        # still from `start` on and the first table is selected two cycles later, so the
+        # selection reads flip-flops, not a multiplier (16.5 ns into `length` in a ULX3S
+        # build). In lines: dim / 16 of them a row (a dim that is not a multiple of 16, or
+        # above max_dim, fails first), so each multiplier is rows x log2(max_dim / 16) bits.
+        extents = [Signal(wide, name=f"extent_{t}") for t in range(max_tables)]
+        for t in range(max_tables):
+            dim = self.tables[t].dim
+            m.d.sync += extents[t].eq(
+                self.tables[t].rows * dim[4:4 + dim_line_bits] * LINE_BYTES)
         with m.Switch(item):
             for t in range(max_tables):
                 with m.Case(1 + t):
                     dim = self.tables[t].dim
                     m.d.comb += [
                         select["start"].eq(self.tables[t].base),
-                        # In lines: dim / 16 of them a row (a dim that is not a multiple
-                        # of 16, or above max_dim, fails first), so the multiplier is rows x
-                        # log2(max_dim / 16) bits, not rows x dim x 4.
-                        select["length"].eq(
-                            self.tables[t].rows * dim[4:4 + dim_line_bits]
-                            * LINE_BYTES),
+                        select["length"].eq(extents[t]),
                         select["applicable"].eq(t < count),
                         select["dim_bad"].eq((dim == 0) | (dim[:4] != 0)
                                              | (dim > self._max_dim)),
