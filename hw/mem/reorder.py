@@ -11,7 +11,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from hw.fanout import lane_copies
+from hw.fanout import lane_copies, replicated_register
 
 from .sliced_fifo import slice_widths
 
@@ -42,7 +42,9 @@ class ReadReorderBuffer(wiring.Component):
         block RAM's read port) and the slot is free from then on. An integer: the data is read
         asynchronously from its slot, which stays taken until popped, in ``line_slices``
         memories, each with its own copy of the registered slot number (LUT RAM on an FPGA: no
-        register's enable and no read address spans the whole line).
+        register's enable and no read address spans the whole line); with more than one
+        slice a response's line is written a cycle after it arrives (before it can be read),
+        each slice at its own copy of the slot and the write enable.
 
     Members
     -------
@@ -132,12 +134,27 @@ class ReadReorderBuffer(wiring.Component):
             context_write.data.eq(self.request.payload.context),
             context_write.en.eq(allocate),
         ]
+        if len(widths) > 1:
+            # The line is written a cycle after the response arrives, each slice at its own
+            # copy of the slot and the enable: one register's slot number would reach every
+            # LUT-RAM cell of the line (16 ns of routing in a ULX3S build). The slot still
+            # completes at once: it is read at the earliest two cycles later (fetched, then
+            # read at the registered `out_slot`), after the write.
+            written_data = Signal(self._data_width)
+            m.d.sync += written_data.eq(self.response.payload.data)
+            ids = replicated_register(m, self.response.payload.id, copies=len(widths),
+                                      name="write_id")
+            enables = replicated_register(m, self.response.valid, copies=len(widths),
+                                          name="write_enable")
+        else:
+            written_data = self.response.payload.data
+            ids, enables = [self.response.payload.id], [self.response.valid]
         low = 0
-        for write, width in zip(line_writes, widths, strict=True):
+        for k, (write, width) in enumerate(zip(line_writes, widths, strict=True)):
             m.d.comb += [
-                write.addr.eq(self.response.payload.id),
-                write.data.eq(self.response.payload.data[low:low + width]),
-                write.en.eq(self.response.valid),
+                write.addr.eq(ids[k]),
+                write.data.eq(written_data[low:low + width]),
+                write.en.eq(enables[k]),
             ]
             low += width
 
