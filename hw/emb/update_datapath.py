@@ -35,7 +35,7 @@ from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.fanout import lane_copies
+from hw.fanout import lane_copies, replicated_register
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
 from hw.fp.lanes import check_fold, folded_latency
@@ -397,7 +397,7 @@ class UpdateDatapath(wiring.Component):
         # (20 ns of routing in a ULX3S build).
         apply_per_lane = self._read_port_per_use and self._lane_replicas
         if self._read_port_per_use:
-            accumulate_read = buffer.read_port()
+            accumulate_read = None if apply_per_lane else buffer.read_port()
             apply_read = None if apply_per_lane else buffer.read_port()
             correct_read = buffer.read_port() if self._corrections else None
         else:
@@ -543,19 +543,35 @@ class UpdateDatapath(wiring.Component):
         # reads a line only once its sums are final and before its delta is written, so no
         # write meets it there.
         apply_sum = Signal(LINE_BITS)
+        # The running sum for a product leaving the multiplier, a cycle later (held_*).
+        accumulated = Signal(LINE_BITS)
+        product_tag = Signal(mul_tag)
+        m.d.comb += product_tag.eq(multiplier.o.payload.tag)
         if apply_per_lane:
+            # Accumulate reads the lane memories too, each lane at its own copy of the
+            # product's buffer address, registered as the product is (the same cycle as a
+            # port addressed by the product's tag): that one tag reached every LUT-RAM cell
+            # of the line (16.3 ns in a ULX3S build). Unlike a port, the copies see a write of
+            # the cycle before; the hazard window keeps every write to a line a cycle away
+            # from its next read.
             addresses = lane_copies(m, stage_a_buffer, apply_buffer, name="apply_buffer",
                                     copies=_LANES, replicate=True)
+            accumulate_addresses = replicated_register(m, product_tag.buffer, copies=_LANES,
+                                                       name="held_buffer")
             for k, address in enumerate(addresses):
                 lane = slice(32 * k, 32 * (k + 1))
                 lane_memory = m.submodules[f"apply_buffer_{k}"] = Memory(
                     shape=32, depth=self.buffer_lines, init=[])
-                write, read = lane_memory.write_port(), lane_memory.read_port(domain="comb")
+                write = lane_memory.write_port()
+                read = lane_memory.read_port(domain="comb")
+                accumulate = lane_memory.read_port(domain="comb")
                 m.d.comb += [write.en.eq(buffer_write.en), write.addr.eq(buffer_write.addr),
                              write.data.eq(buffer_write.data[lane]), read.addr.eq(address),
-                             apply_sum[lane].eq(read.data)]
+                             apply_sum[lane].eq(read.data),
+                             accumulate.addr.eq(accumulate_addresses[k]),
+                             accumulated[lane].eq(accumulate.data)]
         else:
-            m.d.comb += apply_sum.eq(apply_read.data)
+            m.d.comb += [apply_sum.eq(apply_read.data), accumulated.eq(accumulate_read.data)]
 
         if self._corrections:
             # Correction ops: queued per context; stage 0 takes one line per cycle from one
@@ -736,13 +752,11 @@ class UpdateDatapath(wiring.Component):
         # (accumulate), a correction's delta, the sum for the row line taken in stage A
         # (apply). The engine never has two of them in one cycle, so one port serves all
         # three, its address chosen by which one reads; or each has a port of its own.
-        product_tag = Signal(mul_tag)
-        m.d.comb += product_tag.eq(multiplier.o.payload.tag)
         correct_address = op.slot * lps + op_line if self._corrections else None
         if self._read_port_per_use:
-            m.d.comb += accumulate_read.addr.eq(product_tag.buffer)
             if not apply_per_lane:
-                m.d.comb += apply_read.addr.eq(stage_a_buffer)
+                m.d.comb += [accumulate_read.addr.eq(product_tag.buffer),
+                             apply_read.addr.eq(stage_a_buffer)]
             if self._corrections:
                 m.d.comb += correct_read.addr.eq(correct_address)
         else:
@@ -803,7 +817,7 @@ class UpdateDatapath(wiring.Component):
             correction_line = bag[held_tag.buffer] if shared_correction else None
             for k in range(_LANES):
                 lane = slice(32 * k, 32 * (k + 1))
-                operand = Mux(held_fresh[k], 0, accumulate_read.data[lane])
+                operand = Mux(held_fresh[k], 0, accumulated[lane])
                 if shared_correction:
                     operand = Mux(held_jobs[k] == _Job.CORRECT, correction_line[lane],
                                   Mux(held_jobs[k] == _Job.SCALE,
