@@ -142,10 +142,7 @@ class LookupEngine(wiring.Component):
         pass a skid buffer (:class:`~hw.skid.SkidBuffer`) on their way to the reorder buffer,
         so the memory's ``ready`` no longer reaches the issuer's row queue in the same cycle
         (a cycle more per read); and the offsets validator compares a registered window
-        (:class:`~hw.emb.validate.OffsetsValidator`, ``registered_window``); and the lines
-        the reorder buffer puts out pass a skid buffer on their way to the pooler, so the
-        pooler's hazard check no longer decides the reorder buffer's pop in the same cycle (a
-        cycle more of :attr:`pooling_latency`). Needs a
+        (:class:`~hw.emb.validate.OffsetsValidator`, ``registered_window``). Needs a
         multiplier of at least two stages. Default False.
     lane_fold : int
         Cycles a line takes through the pooler's multiplier and adder, folded
@@ -279,8 +276,7 @@ class LookupEngine(wiring.Component):
         """Cycles from a line leaving the reorder buffer to its pooled result."""
         mul = FPMul.DEFAULT_STAGES if self._mul_stages is None else self._mul_stages
         add = FPAdd.DEFAULT_STAGES if self._add_stages is None else self._add_stages
-        return (1 + int(self._fpga_pipelining) + folded_latency(mul, self._lane_fold)
-                + folded_latency(add, self._lane_fold))
+        return 1 + folded_latency(mul, self._lane_fold) + folded_latency(add, self._lane_fold)
 
     @property
     def lane_fold(self):
@@ -426,17 +422,7 @@ class LookupEngine(wiring.Component):
         else:
             wiring.connect(m, issuer.requests, reorder.request)
             requests_idle = Const(1)
-        if self._fpga_pipelining:
-            # The pooler's hazard check (the line's accumulator address against those in
-            # flight) would otherwise decide the reorder buffer's pop, and so its output
-            # slot's copies, in the same cycle (a ULX3S build's paths into `out_slot`).
-            pop_skid = m.submodules.pop_skid = SkidBuffer(shape=reorder.pop.payload.shape())
-            wiring.connect(m, reorder.pop, pop_skid.i)
-            wiring.connect(m, pop_skid.o, pooler.ops)
-            pops_idle = pop_skid.empty
-        else:
-            wiring.connect(m, reorder.pop, pooler.ops)
-            pops_idle = Const(1)
+        wiring.connect(m, reorder.pop, pooler.ops)
         wiring.connect(m, pooler.out, writer.lines)
 
         # --- AXI read address: streams first (validation must never wait), then rows ---------
@@ -548,7 +534,7 @@ class LookupEngine(wiring.Component):
 
         streams_idle = (windows["offsets"].idle & windows["indices"].idle
                         & windows["weights"].idle)
-        all_quiet = (streams_idle & reorder.empty & pops_idle & pooler.idle & writer.idle
+        all_quiet = (streams_idle & reorder.empty & pooler.idle & writer.idle
                      & (axi.arvalid == 0))
         # Pass 2 starts from a register: the streams' 32-bit idle comparisons would otherwise
         # sit in front of every start input (the validators', windows', bag sequencer's and
