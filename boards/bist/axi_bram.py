@@ -24,9 +24,11 @@ class AxiBram(wiring.Component):
     INCR bursts of full-width beats (``arsize``/``awsize`` are not looked at; the managers in
     this project only use full-width beats). A beat outside the memory is answered with
     DECERR and writes nothing. Reads return one beat per cycle, two cycles after their AR
-    handshake; a write lands when its W beat is accepted and its B response follows the last
-    beat, so a read issued after a B response sees the data. Up to two bursts of each kind
-    are accepted ahead.
+    handshake; a write lands the cycle after its W beat is accepted (the block RAM's write
+    port is fed from registers: the EBRs sit in fixed columns, and the W handshake's logic
+    in front of them was a 20 ns path in a ULX3S build) and its B response follows the last
+    beat no earlier, so a read issued after a B response sees the data. Up to two bursts of
+    each kind are accepted ahead.
 
     Parameters (keyword-only)
     -------------------------
@@ -134,11 +136,13 @@ class AxiBram(wiring.Component):
         burst_error = Signal()
         accept = addresses.r_rdy & axi.wvalid & responses.w_rdy
         beat_error = ~inside(write_line)
-        m.d.comb += [
-            axi.wready.eq(addresses.r_rdy & responses.w_rdy),
+        m.d.sync += [
             write.addr.eq(write_line),
             write.data.eq(axi.wdata),
             write.en.eq(Mux(accept & ~beat_error, axi.wstrb, 0)),
+        ]
+        m.d.comb += [
+            axi.wready.eq(addresses.r_rdy & responses.w_rdy),
             responses.w_data.eq(Cat(target.id, burst_error | beat_error)),
             responses.w_en.eq(accept & axi.wlast),
             addresses.r_en.eq(accept & axi.wlast),

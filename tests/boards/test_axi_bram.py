@@ -76,6 +76,44 @@ def test_initial_contents_bursts_and_byte_strobes():
     assert seen["after"] == [(6, ONES, 0), (6, partial, 0)]
 
 
+def test_a_read_right_after_the_b_response_sees_the_write():
+    """The write lands a cycle after its W beat (from registers), but never after its B
+    response: a read whose AR follows the B handshake at once returns the new data."""
+    init = [line(k) for k in range(4)]
+    bram = AxiBram(depth=4, init=init, addr_width=12, id_width=2)
+    seen = []
+
+    async def testbench(ctx):
+        axi = bram.axi
+        for k in range(4):
+            ctx.set(axi.awid, 1)
+            ctx.set(axi.awaddr, k * 64)
+            ctx.set(axi.awlen, 0)
+            ctx.set(axi.awvalid, 1)
+            ctx.set(axi.wdata, ONES ^ k)
+            ctx.set(axi.wstrb, (1 << 64) - 1)
+            ctx.set(axi.wlast, 1)
+            ctx.set(axi.wvalid, 1)
+            ctx.set(axi.bready, 1)
+            aw_done = w_done = False
+            while True:
+                _, _, awready, wready, bvalid = await ctx.tick().sample(
+                    axi.awready, axi.wready, axi.bvalid)
+                aw_done |= awready
+                w_done |= wready
+                if aw_done:
+                    ctx.set(axi.awvalid, 0)
+                if w_done:
+                    ctx.set(axi.wvalid, 0)
+                if bvalid:
+                    break
+            ctx.set(axi.bready, 0)
+            seen.append(await read_burst(ctx, axi, k * 64, 1, ident=k))
+
+    run(bram, testbench)
+    assert seen == [[(k, ONES ^ k, 0)] for k in range(4)]
+
+
 def test_beats_outside_the_memory_are_decode_errors():
     bram = AxiBram(depth=3, init=[line(0), line(1), line(2)], addr_width=12, id_width=1)
     seen = {}
