@@ -544,7 +544,7 @@ class UpdateDatapath(wiring.Component):
         # write meets it there.
         apply_sum = Signal(LINE_BITS)
         # The running sum for a product leaving the multiplier, a cycle later (held_*).
-        accumulated = Signal(LINE_BITS)
+        running_sum = Signal(LINE_BITS)
         product_tag = Signal(mul_tag)
         m.d.comb += product_tag.eq(multiplier.o.payload.tag)
         if apply_per_lane:
@@ -569,9 +569,9 @@ class UpdateDatapath(wiring.Component):
                              write.data.eq(buffer_write.data[lane]), read.addr.eq(address),
                              apply_sum[lane].eq(read.data),
                              accumulate.addr.eq(accumulate_addresses[k]),
-                             accumulated[lane].eq(accumulate.data)]
+                             running_sum[lane].eq(accumulate.data)]
         else:
-            m.d.comb += [apply_sum.eq(apply_read.data), accumulated.eq(accumulate_read.data)]
+            m.d.comb += [apply_sum.eq(apply_read.data), running_sum.eq(accumulate_read.data)]
 
         if self._corrections:
             # Correction ops: queued per context; stage 0 takes one line per cycle from one
@@ -817,7 +817,7 @@ class UpdateDatapath(wiring.Component):
             correction_line = bag[held_tag.buffer] if shared_correction else None
             for k in range(_LANES):
                 lane = slice(32 * k, 32 * (k + 1))
-                operand = Mux(held_fresh[k], 0, accumulated[lane])
+                operand = Mux(held_fresh[k], 0, running_sum[lane])
                 if shared_correction:
                     operand = Mux(held_jobs[k] == _Job.CORRECT, correction_line[lane],
                                   Mux(held_jobs[k] == _Job.SCALE,
