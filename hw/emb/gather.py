@@ -132,8 +132,10 @@ class GatherIssuer(wiring.Component):
     @property
     def row_queue_depth(self):
         """Row ops the queue holds: three keep a one-line row per cycle going out, and there
-        is room for the ops in stage P (and A, and Q) besides, as ``room`` counts them."""
-        return 4 + self._registered_row_op + self._registered_index_address
+        is room for the ops in stage P (and A, and Q) besides, as ``room`` counts them (and
+        for one more with ``registered_ready``, whose room is a cycle old)."""
+        return (4 + self._registered_row_op + self._registered_index_address
+                + self._registered_ready)
 
     def elaborate(self, platform):
         m = Module()
@@ -185,7 +187,16 @@ class GatherIssuer(wiring.Component):
             in_stages = in_stages + a_valid
         if self._registered_row_op:
             in_stages = in_stages + q_valid
-        room = row_queue.level + in_stages < self.row_queue_depth
+        if self._registered_ready:
+            # Room as a register, a cycle old: at most one op enters the stages a cycle, so
+            # room for two then is room for one now. The queue is a line deeper for it
+            # (row_queue_depth), and `go` then starts from flip-flops, not from the level's
+            # adders and comparison.
+            room = Signal()
+            m.d.sync += room.eq(self.start |
+                                (row_queue.level + in_stages + 1 < self.row_queue_depth))
+        else:
+            room = row_queue.level + in_stages < self.row_queue_depth
         error_seen = Signal()
         go = Signal()
         m.d.comb += go.eq(~self.stop & ~error_seen & room & ready.any())
