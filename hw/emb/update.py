@@ -788,7 +788,12 @@ class UpdateEngine(wiring.Component):
         # With correction lanes a chunk's correction pass runs during its apply (`overlapped`).
         overlap = relaxed and self._correction_lanes
         overlapped = Signal()
-        stop = halted | bus_error | router.error | writes.error  # from the error's own cycle
+        # From the cycle after the error (`bus_error`, a register): the error's own response
+        # then reaches neither the write queue's handshake nor the router's, whose FIFOs' read
+        # pointers and copies follow them (a ULX3S build's paths from the memory's `bresp`).
+        # A write the queue offers in the error's cycle still completes, as one offered
+        # before it does.
+        stop = halted | bus_error
         m.d.comb += [router.stop.eq(stop), writes.stop.eq(stop)]
         with m.If(router.error | writes.error):
             m.d.sync += bus_error.eq(1)
