@@ -2,6 +2,7 @@
 """The gather issuer alone: every row op it issues, in each bag's order, with limits that grow
 a position at a time, so that an index or weight read before it has landed shows up."""
 
+import itertools
 import random
 
 import pytest
@@ -244,7 +245,7 @@ def test_issuer_issues_a_line_per_cycle(stages):
     assert len(cycles) == len(indices), "the issuer stopped"
     assert cycles[-1] - cycles[0] == len(indices) - 1, cycles
     # Round robin: with every slot ready each op comes from the slot after the last one's.
-    assert all(b == (a + 1) % 4 for a, b in zip(slots, slots[1:])), slots
+    assert all(b == (a + 1) % 4 for a, b in itertools.pairwise(slots)), slots
 
 
 @pytest.mark.parametrize("stages", list(STAGES))
