@@ -30,6 +30,8 @@ of the first (it would read the sum before it is written): a short window of rec
 stalls it.
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.memory import Memory
@@ -385,20 +387,28 @@ class UpdateDatapath(wiring.Component):
             adder = m.submodules.adder = FPLanes(
                 op="add", lanes=_LANES, stages=self._add_stages, tag_width=add_tag.size,
                 fold=self._fold)
-        buffer = m.submodules.buffer = Memory(shape=LINE_BITS, depth=self.buffer_lines,
-                                              init=[])
-        buffer_write = buffer.write_port()
+        # With lane_replicas (and a port per use) apply and accumulate read their own copy of
+        # the buffer, a memory per lane read asynchronously at copies of the registered
+        # address: one read address for the whole line reaches every LUT-RAM cell of it, a
+        # net over the die (20 ns of routing in a ULX3S build). The line-wide buffer is then
+        # only there for the corrections' reads.
+        apply_per_lane = self._read_port_per_use and self._lane_replicas
+        if apply_per_lane and not self._corrections:
+            buffer_write = SimpleNamespace(en=Signal(name="buffer_write_en"),
+                                           addr=Signal(buffer_address, name="buffer_write_addr"),
+                                           data=Signal(LINE_BITS, name="buffer_write_data"))
+        else:
+            buffer = m.submodules.buffer = Memory(shape=LINE_BITS, depth=self.buffer_lines,
+                                                  init=[])
+            buffer_write = buffer.write_port()
         # Not transparent: a sum is read at least one cycle after it was written (the hazard
         # window covers the write cycle too).
         # (With correction lanes the correction reads while apply does: a port of its own.)
-        # With lane_replicas (and a port per use) apply reads its own copy of the buffer, a
-        # memory per lane read asynchronously at a copy of the registered address: one read
-        # address for the whole line reaches every LUT-RAM cell of it, a net over the die
-        # (20 ns of routing in a ULX3S build).
-        apply_per_lane = self._read_port_per_use and self._lane_replicas
-        if self._read_port_per_use:
-            accumulate_read = None if apply_per_lane else buffer.read_port()
-            apply_read = None if apply_per_lane else buffer.read_port()
+        if apply_per_lane:
+            accumulate_read = apply_read = None
+            correct_read = buffer.read_port() if self._corrections else None
+        elif self._read_port_per_use:
+            accumulate_read, apply_read = buffer.read_port(), buffer.read_port()
             correct_read = buffer.read_port() if self._corrections else None
         else:
             accumulate_read = apply_read = correct_read = buffer.read_port()

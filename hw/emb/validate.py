@@ -505,7 +505,8 @@ class IndexValidator(wiring.Component):
                          *load_table_end(following_end, num_indices, at=table_end)]
             new_rows(following_rows)
 
-        m.d.sync += rows_fresh.eq(0)
+        if self._replicated_rows:
+            m.d.sync += rows_fresh.eq(0)
         with m.If(self.start):
             new_rows(self.tables[0].rows)
             m.d.sync += [
