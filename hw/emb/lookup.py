@@ -142,8 +142,9 @@ class LookupEngine(wiring.Component):
         pass a skid buffer (:class:`~hw.skid.SkidBuffer`) on their way to the reorder buffer,
         so the memory's ``ready`` no longer reaches the issuer's row queue in the same cycle
         (a cycle more per read); and the offsets validator compares a registered window
-        (:class:`~hw.emb.validate.OffsetsValidator`, ``registered_window``). Needs a
-        multiplier of at least two stages. Default False.
+        (:class:`~hw.emb.validate.OffsetsValidator`, ``registered_window``); with folded
+        lanes the pooler's hazard check is a register (:mod:`hw.emb.pool`,
+        ``registered_hazard``). Needs a multiplier of at least two stages. Default False.
     lane_fold : int
         Cycles a line takes through the pooler's multiplier and adder, folded
         :class:`~hw.fp.FPLanes` of ``16 / lane_fold`` units each (1, 2, 4, 8 or 16): an FPGA
@@ -331,7 +332,9 @@ class LookupEngine(wiring.Component):
             add_stages=self._add_stages, mul_stages=self._mul_stages,
             shared_lanes=self._shared_lanes,
             registered_accumulator_read=self._fpga_pipelining,
-            lane_replicas=self._fpga_pipelining, lane_fold=self._lane_fold)
+            lane_replicas=self._fpga_pipelining, lane_fold=self._lane_fold,
+            # Free with folded lanes (see Pooler); unfolded it would halve the rate.
+            registered_hazard=self._fpga_pipelining and self._lane_fold > 1)
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), pooler.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), pooler.add_lanes)

@@ -26,6 +26,16 @@ earlier cycle's writes); with ``lane_replicas`` each lane's memory has its own c
 With ``lane_fold`` > 1 the multiplier and adder are folded :class:`~hw.fp.FPLanes` (half the
 units for 2, each line over two cycles): ops are popped at most once in ``lane_fold`` cycles,
 and the pipeline counts the lanes' longer latency (an FPGA build's trade of rate for area).
+
+With ``registered_hazard`` the hazard check is a register: an op's comparison with the
+pops in flight is made in its first cycle at ``pop`` and registered, for it is valid the
+next cycle too (the op is still there, so nothing was popped in between, and every pop
+moves a cycle further down the pipeline). ``ops.ready`` then starts at that register, not
+behind the address comparisons, and the reorder buffer's slot registers behind ``ready``
+follow (their path was a ULX3S build's longest, 19.4 ns). The price: an op is taken in its
+second cycle at the earliest. Folded lanes take an op at most once in ``lane_fold`` >= 2
+cycles anyway, so ops that arrive back to back lose nothing there; an op that arrives after
+a gap waits a cycle more.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
@@ -36,6 +46,7 @@ from hw.fanout import lane_copies
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
 from hw.fp.lanes import check_fold, folded_latency
+from hw.params import check_bool
 
 from .gather import OpKind
 
@@ -68,12 +79,14 @@ class Pooler(wiring.Component):
         ``mul_stages`` and ``add_stages`` (see :class:`~hw.emb.engine.EmbeddingEngine`).
 
     ``registered_accumulator_read`` (default False): see the module docstring; it needs
-    ``mul_stages >= 2``. ``lane_replicas`` (default False): see the module docstring.
+    ``mul_stages >= 2``. ``lane_replicas`` and ``registered_hazard`` (default False): see the
+    module docstring.
     """
 
     def __init__(self, *, op_layout, slot_bits, line_bits, line_addr_width, out_depth,
                  add_stages=None, mul_stages=None, shared_lanes=False,
-                 registered_accumulator_read=False, lane_replicas=False, lane_fold=1):
+                 registered_accumulator_read=False, lane_replicas=False, lane_fold=1,
+                 registered_hazard=False):
         self._op_layout = op_layout
         self._slot_bits = slot_bits
         self._line_bits = line_bits
@@ -91,6 +104,7 @@ class Pooler(wiring.Component):
         # (Validated by LookupEngine.check_parameters, as the stages are.)
         self._registered_read = bool(registered_accumulator_read)
         self._lane_replicas = bool(lane_replicas)
+        self._registered_hazard = check_bool("Registered hazard", registered_hazard)
         lanes = {}
         if self._shared_lanes:
             lanes = {"mul_lanes": In(fp_lanes_signature(op="mul", lanes=LANES)),
@@ -174,12 +188,26 @@ class Pooler(wiring.Component):
         history_address = [Signal(self._slot_bits + self._line_bits, name=f"history_address_{k}")
                            for k in range(depth)]
         here = address(op)
-        conflict_late = Cat(history_valid[k] & (history_address[k] == here)
-                            for k in range(self.hazard_window)).any()
-        conflict_early = Cat(history_valid[k] & (history_address[k] == here)
-                             for k in range(depth)).any()
-        hazard = (((op.kind == OpKind.ROW) & ~op.first & conflict_late)
-                  | ((op.kind == OpKind.SCALE) & conflict_early))
+        # matches[k]: the op pops into an accumulator line the pop of k + 1 cycles ago
+        # writes back.
+        matches = [history_valid[k] & (history_address[k] == here) for k in range(depth)]
+
+        def hazard_among(late, early):
+            """The op must wait for the pops ``late`` (a ROW after its bag's first) or
+            ``early`` (a SCALE) match."""
+            return (((op.kind == OpKind.ROW) & ~op.first & Cat(late).any())
+                    | ((op.kind == OpKind.SCALE) & Cat(early).any()))
+
+        if self._registered_hazard:
+            # Next cycle's check of this op: every pop then a cycle older, and none new,
+            # since the op is still there (`held`).
+            held = Signal()
+            hazard = Signal()
+            m.d.sync += hazard.eq(hazard_among(matches[:self.hazard_window - 1],
+                                               matches[:depth - 1]))
+            may_pop = held & ~hazard
+        else:
+            may_pop = ~hazard_among(matches[:self.hazard_window], matches)
 
         # valid[k]: an op kept k + 1 cycles ago (it enters the multiplier a cycle after).
         valid = [Signal(name=f"valid_{k}") for k in range(depth + 1)]
@@ -191,10 +219,12 @@ class Pooler(wiring.Component):
         keep = Signal()
         m.d.comb += [
             self.ops.ready.eq(self.discard |
-                              (~hazard & ~spacing & (~makes_output(op) | has_room))),
+                              (may_pop & ~spacing & (~makes_output(op) | has_room))),
             pop.eq(self.ops.valid & self.ops.ready),
             keep.eq(pop & ~self.discard),
         ]
+        if self._registered_hazard:
+            m.d.sync += held.eq(self.ops.valid & ~self.ops.ready)
         m.d.sync += [history_valid[0].eq(keep & writes_back(op)), history_address[0].eq(here)]
         # A read at a registered address sees the writes of every earlier cycle: a transparent
         # synchronous read at ``here``.

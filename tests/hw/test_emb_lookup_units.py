@@ -718,15 +718,19 @@ def pool_expected(ops):
     return outputs
 
 
-@pytest.mark.parametrize("fpga", [False, True], ids=["plain", "fpga_pipelining"])
-def test_pooler_matches_float32_with_ops_back_to_back(fpga):
+@pytest.mark.parametrize(("fpga", "fold", "registered_hazard"), [
+    (False, 1, False), (True, 1, False), (True, 1, True), (True, 2, True)],
+    ids=["plain", "fpga_pipelining", "registered_hazard", "folded_registered_hazard"])
+def test_pooler_matches_float32_with_ops_back_to_back(fpga, fold, registered_hazard):
     """Ops offered every cycle (SCALEs of one bag's lines one after another, ROWs of other
-    bags between a bag's rows), so the accumulator reads must follow every op's address."""
+    bags between a bag's rows), so the accumulator reads must follow every op's address,
+    and ops must wait for the accumulator lines they read."""
     slots, lines = 4, 2
     layout = op_layout(slot_bits=2, line_bits=1, line_addr_width=16)
     dut = Pooler(op_layout=layout, slot_bits=2, line_bits=1, line_addr_width=16,
                  out_depth=8, mul_stages=2, add_stages=2,
-                 registered_accumulator_read=fpga, lane_replicas=fpga)
+                 registered_accumulator_read=fpga, lane_replicas=fpga, lane_fold=fold,
+                 registered_hazard=registered_hazard)
     draw = random.Random(7)
     ops = pooler_ops(draw, slots=slots, lines=lines, bags=40)
     expected = pool_expected(ops)
@@ -755,11 +759,27 @@ def test_pooler_matches_float32_with_ops_back_to_back(fpga):
 
     simulate(dut, feed, collect)
     assert got == expected
-    # The case a late accumulator read gets wrong: two SCALEs of different lines taken in
-    # consecutive cycles.
+    # Ops taken as often as the lanes allow: a cycle apart, or with a registered hazard
+    # check two (an op's first cycle is its check's); folded lanes lose nothing to it.
+    spacing = max(fold, 1 + registered_hazard)
+    gaps = [b - a for a, b in itertools.pairwise(popped)]
+    assert min(gaps) == spacing
+    # The case a late accumulator read gets wrong: two SCALEs of different lines taken
+    # back to back.
     assert any(a["kind"] == b["kind"] == OpKind.SCALE and a["line"] != b["line"] and
-               popped[k + 1] == popped[k] + 1
+               gaps[k] == spacing
                for k, ((a, _), (b, _)) in enumerate(itertools.pairwise(ops)))
+    # And ops that waited for an accumulator line: a longer gap before a ROW after its
+    # bag's first, or before a SCALE, on a line popped within the adder's latency.
+    assert any(gap > spacing and op["kind"] != OpKind.ZERO and not op["first"]
+               for gap, (op, _) in zip(gaps, ops[1:], strict=True))
+
+
+def test_pooler_rejects_a_registered_hazard_that_is_not_a_bool():
+    layout = op_layout(slot_bits=2, line_bits=1, line_addr_width=16)
+    with pytest.raises(TypeError, match=r"^Registered hazard must be True or False, not 1$"):
+        Pooler(op_layout=layout, slot_bits=2, line_bits=1, line_addr_width=16, out_depth=8,
+               registered_hazard=1)
 
 
 # --------------------------------------------------------------- engine parameters
