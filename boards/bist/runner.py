@@ -226,10 +226,16 @@ class CheckRunner(wiring.Component):
             held = Signal(checks[0].expected_width)
             held_index = Signal.like(received)
             held_extra = Signal()
+            # The held result loads whenever no comparison runs, not only when a result is
+            # taken: its 512 enables then come from `comparing` alone, not from behind the
+            # device's `valid` and the check's timeout (a ULX3S build's paths into `held`).
+            # What it loads with nothing taken is never compared.
+            with m.If(~comparing):
+                m.d.sync += [held.eq(dut_o.payload), held_index.eq(received),
+                             held_extra.eq(all_received)]
             with m.If(take):
                 m.d.comb += expected_port.addr.eq(received * beats)
-                m.d.sync += [comparing.eq(1), beat.eq(0), held.eq(dut_o.payload),
-                             held_index.eq(received), held_extra.eq(all_received)]
+                m.d.sync += [comparing.eq(1), beat.eq(0)]
             staged_valid = Signal()
             staged_last = Signal()
             staged_extra = Signal()
