@@ -851,6 +851,13 @@ class UpdateEngine(wiring.Component):
                 if relaxed:
                     m.d.sync += [checking_deferred_indices.eq(0), pass_first_table.eq(0)]
 
+            def drain():
+                # `halted` is set with the move, so `stop` comes from registers alone in
+                # Drain's first cycle too, not from the state (a ULX3S build's path from the
+                # state through the write queue's handshake to its FIFO's read pointers).
+                m.next = "Drain"
+                m.d.sync += halted.eq(1)
+
             with m.State("Idle"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
@@ -908,10 +915,10 @@ class UpdateEngine(wiring.Component):
 
             with m.State("Validate-Offsets"):
                 with m.If(bus_error):
-                    m.next = "Drain"
+                    drain()
                 with m.Elif(walk_failed):
                     record(walker.status)
-                    m.next = "Drain"
+                    drain()
                 with m.Elif(walker.status.done):
                     m.d.comb += [index_validator.start.eq(1), index_lines.start.eq(1)]
                     m.d.sync += checking_index_lines.eq(1)
@@ -921,7 +928,7 @@ class UpdateEngine(wiring.Component):
                 # (After a bad index the unread lines stay in the rows' source, which
                 # `checking_index_lines` keeps from the datapath until the next command.)
                 with m.If(bus_error):
-                    m.next = "Drain"
+                    drain()
                 with m.Elif(index_validator.error.code != ErrorCode.NONE):
                     start_walk(WalkMode.INDICES)
                     m.next = "Locate-Index"
@@ -933,27 +940,27 @@ class UpdateEngine(wiring.Component):
             with m.State("Locate-Index"):
                 # The walker finds the same first bad index and names its bag too.
                 with m.If(bus_error):
-                    m.next = "Drain"
+                    drain()
                 with m.Elif(walk_failed):
                     record(walker.status)
-                    m.next = "Drain"
+                    drain()
                 with m.Elif(walker.status.done):
                     # (Only if the indices changed under the command since the check.)
                     found = index_validator.error
                     m.d.sync += [error.eq(found.code), error_table.eq(found.table),
                                  error_position.eq(found.position)]
-                    m.next = "Drain"
+                    drain()
 
             with m.State("Accumulate"):
                 with m.If(bus_error):
-                    m.next = "Drain"
+                    drain()
                 with m.Elif(walk_failed):  # only if memory changed since the validation
                     record(walker.status)
-                    m.next = "Drain"
+                    drain()
                 if relaxed:
                     with m.Elif(deferred_invalid):
                         record(deferred_walker.status)
-                        m.next = "Drain"
+                        drain()
                 with m.Elif(unique.full):
                     if relaxed:
                         m.d.sync += boundary_table.eq(unique.i.payload.table)
@@ -964,11 +971,11 @@ class UpdateEngine(wiring.Component):
 
             with m.State("Chunk-Settle"):
                 with m.If(bus_error):
-                    m.next = "Drain"
+                    drain()
                 if relaxed:
                     with m.Elif(deferred_invalid):
                         record(deferred_walker.status)
-                        m.next = "Drain"
+                        drain()
                 with m.Elif(~unique.o.valid & datapath.accumulate_idle):
                     with m.If((unique.count == 0) & correcting):
                         if relaxed:
@@ -982,11 +989,11 @@ class UpdateEngine(wiring.Component):
                 # Read-after-write: no row of this chunk is read before every write of the
                 # previous chunk has completed.
                 with m.If(bus_error):
-                    m.next = "Drain"
+                    drain()
                 if relaxed:
                     with m.Elif(deferred_invalid):
                         record(deferred_walker.status)
-                        m.next = "Drain"
+                        drain()
                 with m.Elif(writes_settled & ~validating_deferred):
                     m.d.comb += row_fetch.start.eq(1)
                     if overlap:
@@ -1004,11 +1011,11 @@ class UpdateEngine(wiring.Component):
                 if overlap:
                     pass_over = ~overlapped | (corrector.done & datapath.correction_idle)
                 with m.If(bus_error):
-                    m.next = "Drain"
+                    drain()
                 if overlap:
                     with m.Elif(overlapped & deferred_walk_failed):  # (as in Correct)
                         record(deferred_walker.status)
-                        m.next = "Drain"
+                        drain()
                 with m.Elif(~row_fetch.busy & datapath.apply_idle & pass_over):
                     if overlap:
                         with m.If(overlapped):
@@ -1031,11 +1038,11 @@ class UpdateEngine(wiring.Component):
                     # A bag the previous chunk's correction stored to memory is loaded again by
                     # this one: every write completes first.
                     with m.If(bus_error):
-                        m.next = "Drain"
+                        drain()
                     if relaxed:
                         with m.Elif(deferred_invalid):
                             record(deferred_walker.status)
-                            m.next = "Drain"
+                            drain()
                     with m.Elif((writes_settled | ~corrector.spilled) & ~validating_deferred):
                         with m.If(pass_first_table >= deferred.tables):
                             # Batch N+1 has fewer tables than batch N and an earlier pass
@@ -1048,23 +1055,23 @@ class UpdateEngine(wiring.Component):
 
                 with m.State("Correct"):
                     with m.If(bus_error):
-                        m.next = "Drain"
+                        drain()
                     with m.Elif(deferred_walk_failed):  # only if memory changed since validation
                         record(deferred_walker.status)
-                        m.next = "Drain"
+                        drain()
                     with m.Elif(corrector.done & datapath.correction_idle):
                         m.d.sync += pass_first_table.eq(boundary_table)
                         after_correction_pass()
 
             with m.State("Flush"):
                 with m.If(bus_error):
-                    m.next = "Drain"
+                    drain()
                 with m.Elif(writes_settled):
                     m.next = "Done"
 
             with m.State("Drain"):
-                m.d.comb += [router.stop.eq(1), writes.stop.eq(1)]
-                m.d.sync += halted.eq(1)  # stays set in Done: late results are dropped too
+                # (`halted`, set on the way in, stops the router and the write queue; it
+                # stays set in Done: late results are dropped too.)
                 with m.If((router.outstanding == 0) & writes_settled):
                     m.next = "Done"
 
