@@ -16,7 +16,7 @@ from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.fanout import lane_copies
+from hw.fanout import replicated_register
 from hw.fp import FPLanes
 from hw.mem.axi import AXI4Signature
 
@@ -170,6 +170,7 @@ class EmbeddingEngine(wiring.Component):
         self._lookup_params["shared_lanes"] = self._shared_lanes
         self._update_params["shared_lanes"] = self._shared_lanes
         self._update = None if update_class is None else update_class(**self._update_params)
+        self._lookup = LookupEngine(**self._lookup_params)
         self._add_stages, self._mul_stages = add_stages, mul_stages
         self._lane_fold = lane_fold
         self._max_tables = max_tables
@@ -198,15 +199,21 @@ class EmbeddingEngine(wiring.Component):
         return self._relaxed_lookup
 
     @property
+    def engines(self):
+        """The engines the commands go to, by name: ``"lookup"`` and (if it exists)
+        ``"update"``."""
+        return {"lookup": self._lookup,
+                **({} if self._update is None else {"update": self._update})}
+
+    @property
     def has_update(self):
         """Whether UPDATE commands are served (``hw/emb/update.py`` exists)."""
         return self._update is not None
 
     def elaborate(self, platform):
         m = Module()
-        engines = {"lookup": LookupEngine(**self._lookup_params)}
+        engines = self.engines
         if self._update is not None:
-            engines["update"] = self._update
             m.d.comb += self._update.lr.eq(self.lr)
         for name, engine in engines.items():
             m.submodules[name] = engine
@@ -310,10 +317,17 @@ class EmbeddingEngine(wiring.Component):
         if self._shared_lanes:
             update_index = order.index("update")
             # The owner per lane: with fpga_pipelining no single register selects all 2,048
-            # operand bits.
-            lane_owners = lane_copies(m, owner_next == update_index, owner == update_index,
-                                      copies=LANES, name="update_owns",
-                                      replicate=self._fpga_pipelining)
+            # operand bits. The copies follow `owner` a cycle late: loaded from `owner_next`
+            # they were behind the engines' `cmd.ready` and the command's decoding (a ULX3S
+            # build's path, 19.4 ns). Neither engine gives its lanes an operand in its
+            # command's first cycle (it reads memory first;
+            # tests/boards/test_emb_bist.py checks this), so the copies are right whenever an
+            # operand comes.
+            if self._fpga_pipelining:
+                lane_owners = replicated_register(m, owner == update_index, copies=LANES,
+                                                  name="update_owns")
+            else:
+                lane_owners = [owner == update_index] * LANES
             self._share_lanes(m, engines, owner == update_index, lane_owners)
 
         counters = counters_layout()
