@@ -45,7 +45,10 @@ class SkidBuffer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        skid = Signal.like(self.i.payload)
+        # The payload registers have no reset: they count only with a `valid` that has one,
+        # and a reset (an engine's per-command clear) would reach every payload bit.
+        skid = Signal.like(self.i.payload, reset_less=True)
+        out_payload = Signal.like(self.i.payload, reset_less=True, name="out_payload")
         skid_valid = Signal()
         taken = self.i.valid & self.i.ready
         o_free = ~self.o.valid | self.o.ready
@@ -53,6 +56,7 @@ class SkidBuffer(wiring.Component):
         m.d.comb += [
             self.i.ready.eq(~skid_valid),
             self.empty.eq(~self.o.valid & ~skid_valid),
+            self.o.payload.eq(out_payload),
         ]
         # The payload registers load whenever they may (the skid register while empty, the
         # output whenever it is free), not only when a payload moves: their enables, which
@@ -61,7 +65,7 @@ class SkidBuffer(wiring.Component):
         with m.If(~skid_valid):
             m.d.sync += skid.eq(self.i.payload)
         with m.If(o_free):
-            m.d.sync += [self.o.payload.eq(Mux(skid_valid, skid, self.i.payload)),
+            m.d.sync += [out_payload.eq(Mux(skid_valid, skid, self.i.payload)),
                          self.o.valid.eq(skid_valid | taken), skid_valid.eq(0)]
         with m.Elif(taken):
             # The consumer stalls this cycle: the payload waits in the skid register.

@@ -37,8 +37,11 @@ __all__ = ["EmbeddingEngine", "update_engine_class"]
 _MANAGER_OUTPUTS = ("arid", "araddr", "arlen", "arsize", "arburst", "arvalid", "rready",
                     "awid", "awaddr", "awlen", "awsize", "awburst", "awvalid",
                     "wdata", "wstrb", "wlast", "wvalid", "bready")
-_MEMORY_OUTPUTS = ("arready", "rid", "rdata", "rresp", "rlast", "rvalid",
-                   "awready", "wready", "bid", "bresp", "bvalid")
+_MEMORY_HANDSHAKES = ("arready", "rvalid", "awready", "wready", "bvalid")
+#: What the memory answers with: reaches both engines as it is, since only the owner sees a
+#: handshake (a 512-bit multiplexer on `rdata` put the owner register in front of every
+#: engine's read data).
+_MEMORY_PAYLOADS = ("rid", "rdata", "rresp", "rlast", "bid", "bresp")
 
 
 def update_engine_class():
@@ -310,9 +313,11 @@ class EmbeddingEngine(wiring.Component):
             with m.If(selected):
                 for signal in _MANAGER_OUTPUTS:
                     m.d.comb += getattr(self.axi, signal).eq(getattr(bus, signal))
-            for signal in _MEMORY_OUTPUTS:
+            for signal in _MEMORY_HANDSHAKES:
                 m.d.comb += getattr(bus, signal).eq(
                     Mux(selected, getattr(self.axi, signal), 0))
+            for signal in _MEMORY_PAYLOADS:
+                m.d.comb += getattr(bus, signal).eq(getattr(self.axi, signal))
 
         if self._shared_lanes:
             update_index = order.index("update")

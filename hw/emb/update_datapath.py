@@ -536,9 +536,12 @@ class UpdateDatapath(wiring.Component):
         m.d.comb += apply_go.eq(
             self.rows.valid & self.row_context.valid & sums_final &
             ~wants_accumulate & write_room & adder_free & apply_spaced)
-        apply_row = Signal(LINE_BITS)
-        apply_address = Signal(self._line_address_width)
-        apply_buffer = Signal(buffer_address)
+        # (Data registers are reset_less here and below: qualified by a valid that is reset,
+        # they need no reset, and the engine's per-command `clear` then reaches some 5,000
+        # fewer flip-flops; with every one it was a ULX3S build's widest net.)
+        apply_row = Signal(LINE_BITS, reset_less=True)
+        apply_address = Signal(self._line_address_width, reset_less=True)
+        apply_buffer = Signal(buffer_address, reset_less=True)
         stage_a_buffer = Signal(buffer_address)
         m.d.comb += [
             self.rows.ready.eq(apply_go), self.row_context.ready.eq(apply_go),
@@ -720,8 +723,12 @@ class UpdateDatapath(wiring.Component):
         ]
         for k, recent_mul in enumerate(mul_recent):
             m.d.sync += recent_mul.eq(mul_recent[k - 1] if k else mul_valid)
-        operand_domain = m.d.sync if self._registered_operands else m.d.comb
-        operand_domain += [multiplier.i.valid.eq(mul_valid), multiplier.i.payload.eq(mul_in)]
+        if self._registered_operands:
+            operands = Signal.like(mul_in, reset_less=True, name="mul_operands")
+            m.d.sync += [multiplier.i.valid.eq(mul_valid), operands.eq(mul_in)]
+            m.d.comb += multiplier.i.payload.eq(operands)
+        else:
+            m.d.comb += [multiplier.i.valid.eq(mul_valid), multiplier.i.payload.eq(mul_in)]
         with m.If(apply_ready):
             m.d.comb += [
                 mul_in_tag.job.eq(_Job.APPLY),
@@ -782,8 +789,8 @@ class UpdateDatapath(wiring.Component):
 
         # One register stage while the buffer read completes, then the adder.
         held_valid = Signal()
-        held_product = Signal(LINE_BITS)
-        held_tag = Signal(mul_tag)
+        held_product = Signal(LINE_BITS, reset_less=True)
+        held_tag = Signal(mul_tag, reset_less=True)
         m.d.sync += [
             held_valid.eq(multiplier.o.valid),
             held_product.eq(multiplier.o.payload.result),

@@ -225,7 +225,7 @@ class ReadRouter(wiring.Component):
         head = Signal(range(depth), name=f"{name}_head")
         loading = Signal(name=f"{name}_loading")  # the read port's data is ours this cycle
         out_valid = Signal(name=f"{name}_valid")
-        out_data = Signal(LINE_BITS, name=f"{name}_data")
+        out_data = Signal(LINE_BITS, name=f"{name}_data", reset_less=True)  # (see out_valid)
 
         def advance(pointer):
             return Mux(pointer == depth - 1, 0, pointer + 1)

@@ -140,7 +140,7 @@ class ReadReorderBuffer(wiring.Component):
             # LUT-RAM cell of the line (16 ns of routing in a ULX3S build). The slot still
             # completes at once: it is read at the earliest two cycles later (fetched, then
             # read at the registered `out_slot`), after the write.
-            written_data = Signal(self._data_width)
+            written_data = Signal(self._data_width, reset_less=True)
             m.d.sync += written_data.eq(self.response.payload.data)
             ids = replicated_register(m, self.response.payload.id, copies=len(widths),
                                       name="write_id")

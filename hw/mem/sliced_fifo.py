@@ -142,7 +142,8 @@ def registered_sliced_memory(m, *, width, depth, slices, write_enable, write_add
     address (a copy per slice), so it sees every write asked for before *t*. Returns
     ``(writing, read_data)``: the registered write enable (a write lands this cycle) and the
     read data."""
-    staged_data = Signal(width, name=f"{name}_write_data")
+    # (No reset either: a reset would reach every bit, for nothing.)
+    staged_data = Signal(width, name=f"{name}_write_data", reset_less=True)
     m.d.sync += staged_data.eq(write_data)  # no enable: the write enable says if it counts
     registers = {}
     for part, value in (("write_enable", write_enable), ("write_address", write_address),
