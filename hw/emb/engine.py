@@ -366,8 +366,10 @@ class EmbeddingEngine(wiring.Component):
             if op == "add":
                 m.d.comb += operands.sub.eq(Mux(update_owns, mine.sub, theirs.sub))
             if unit.tag_width:
-                # The lookup engine's operands carry no tag (it stays 0).
-                m.d.comb += operands.tag.eq(Mux(update_owns, mine.tag, 0))
+                # Only the update engine's operands carry a tag, and only it reads the tag
+                # back: no multiplexer (with one, the owner was the reset of every tag
+                # register in the lanes, 535 of them).
+                m.d.comb += operands.tag.eq(mine.tag)
             m.d.comb += [
                 from_update.o.valid.eq(unit.o.valid & update_owns),
                 from_update.o.payload.eq(unit.o.payload),

@@ -282,7 +282,9 @@ class OffsetsValidator(wiring.Component):
             self.done.eq(~active & ~judge & ~capture_pending
                          & (~taken if self._registered_window else 1)),
         ]
-        m.d.sync += capture_pending.eq(0)
+        # Loaded every cycle: read only at `capture_pending`, the cycle after the step whose
+        # first entry it holds, so it needs no enable in front of its 32 bits.
+        m.d.sync += [capture_pending.eq(0), capture_value.eq(first_value)]
         with m.If(capture_pending):
             for t in range(self._max_tables + 1):
                 with m.If(capture_every | (capture_table == t)):
@@ -308,7 +310,7 @@ class OffsetsValidator(wiring.Component):
                 m.d.sync += self.lines_done.eq(self.lines_done + 1)
             with m.If(capture & (mode == OffsetsMode.CHECK) & ((bags == 0) | at_table_start)):
                 m.d.sync += [capture_pending.eq(1), capture_every.eq(bags == 0),
-                             capture_table.eq(table), capture_value.eq(first_value)]
+                             capture_table.eq(table)]
             left_after = left - length
             to_table_after = to_table - length
             m.d.sync += [cursor.eq(segment_end), previous.eq(last_value),
