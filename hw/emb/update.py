@@ -693,11 +693,22 @@ class UpdateEngine(wiring.Component):
         checking = checking_index_lines = Signal()
         rows_request, rows_response = router.rows_request, router.rows_response
         requests = index_lines.request
+        # With fpga_pipelining the row fetch's requests pass a skid buffer (a cycle of read
+        # latency), so the router's arbitration stays out of the fetch's `current` and
+        # `keyed` registers, which move on a request's acceptance (a ULX3S build's worst
+        # path, 17.8 ns). A request waiting there keeps the fetch busy (its line is counted
+        # as pending), so nothing else needs to wait for it.
+        row_requests = row_fetch.request
+        if self._fpga_pipelining:
+            row_skid = per_command("row_requests", SkidBuffer(
+                shape=row_fetch.request.payload.shape()))
+            wiring.connect(m, row_fetch.request, row_skid.i)
+            row_requests = row_skid.o
         m.d.comb += [
-            rows_request.valid.eq(Mux(checking, requests.valid, row_fetch.request.valid)),
-            rows_request.payload.eq(Mux(checking, requests.payload, row_fetch.request.payload)),
+            rows_request.valid.eq(Mux(checking, requests.valid, row_requests.valid)),
+            rows_request.payload.eq(Mux(checking, requests.payload, row_requests.payload)),
             requests.ready.eq(checking & rows_request.ready),
-            row_fetch.request.ready.eq(~checking & rows_request.ready),
+            row_requests.ready.eq(~checking & rows_request.ready),
             index_validator.lines.valid.eq(checking & rows_response.valid),
             datapath.rows.valid.eq(~checking & rows_response.valid),
             rows_response.ready.eq(Mux(checking, index_validator.lines.ready,
