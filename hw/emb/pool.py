@@ -203,8 +203,9 @@ class Pooler(wiring.Component):
             # since the op is still there (`held`).
             held = Signal()
             hazard = Signal()
-            m.d.sync += hazard.eq(hazard_among(matches[:self.hazard_window - 1],
-                                               matches[:depth - 1]))
+            m.d.sync += [held.eq(self.ops.valid & ~self.ops.ready),
+                         hazard.eq(hazard_among(matches[:self.hazard_window - 1],
+                                                matches[:depth - 1]))]
             may_pop = held & ~hazard
         else:
             may_pop = ~hazard_among(matches[:self.hazard_window], matches)
@@ -223,8 +224,6 @@ class Pooler(wiring.Component):
             pop.eq(self.ops.valid & self.ops.ready),
             keep.eq(pop & ~self.discard),
         ]
-        if self._registered_hazard:
-            m.d.sync += held.eq(self.ops.valid & ~self.ops.ready)
         m.d.sync += [history_valid[0].eq(keep & writes_back(op)), history_address[0].eq(here)]
         # A read at a registered address sees the writes of every earlier cycle: a transparent
         # synchronous read at ``here``.

@@ -639,16 +639,21 @@ class UpdateEngine(wiring.Component):
         else:
             m.d.comb += checker.command.eq(command)
 
-        def through_skid(name, source, sink):
-            """Connect ``source`` to ``sink``, with fpga_pipelining through a skid buffer
-            (a cycle of latency); returns whether nothing waits in between."""
+        def skidded(name, source):
+            """``source``, with fpga_pipelining through a skid buffer (a cycle of latency):
+            the stream to read, and whether nothing waits in between."""
             if not self._fpga_pipelining:
-                wiring.connect(m, source, sink)
-                return Const(1)
+                return source, Const(1)
             skid = per_command(name, SkidBuffer(shape=source.payload.shape()))
             wiring.connect(m, source, skid.i)
-            wiring.connect(m, skid.o, sink)
-            return skid.empty
+            return skid.o, skid.empty
+
+        def through_skid(name, source, sink):
+            """Connect ``source`` to ``sink`` through :func:`skidded`; returns whether
+            nothing waits in between."""
+            stream_out, empty = skidded(name, source)
+            wiring.connect(m, stream_out, sink)
+            return empty
 
         # Occurrences: walker -> gradient fetch -> unique rows -> accumulation. With
         # fpga_pipelining a skid buffer between the walker and the fetch keeps the fetch's
@@ -698,12 +703,7 @@ class UpdateEngine(wiring.Component):
         # `keyed` registers, which move on a request's acceptance (a ULX3S build's worst
         # path, 17.8 ns). A request waiting there keeps the fetch busy (its line is counted
         # as pending), so nothing else needs to wait for it.
-        row_requests = row_fetch.request
-        if self._fpga_pipelining:
-            row_skid = per_command("row_requests", SkidBuffer(
-                shape=row_fetch.request.payload.shape()))
-            wiring.connect(m, row_fetch.request, row_skid.i)
-            row_requests = row_skid.o
+        row_requests, _ = skidded("row_requests", row_fetch.request)
         m.d.comb += [
             rows_request.valid.eq(Mux(checking, requests.valid, row_requests.valid)),
             rows_request.payload.eq(Mux(checking, requests.payload, row_requests.payload)),
