@@ -4,6 +4,8 @@ from amaranth.hdl import Module, Mux, ResetInserter, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.fanout import lane_copies
+
 from .layouts import PoolingMode, table_layout
 from .reciprocal import Reciprocal
 from .update_reciprocal import Reciprocal as SequentialReciprocal
@@ -11,6 +13,9 @@ from .update_reciprocal import Reciprocal as SequentialReciprocal
 __all__ = ["MEAN_RECIPROCALS", "BagSequencer", "check_mean_reciprocal", "descriptor_layout"]
 
 LANES = 16
+
+#: Copies of the offset word's select with ``registered_descriptor``, each for 4 of its bits.
+_WORD_SELECT_COPIES = 8
 
 #: How MEAN factors are computed: a pipelined divider (a descriptor per cycle) or a
 #: sequential one (a MEAN bag per :attr:`SequentialReciprocal.latency` cycles, far smaller).
@@ -52,7 +57,8 @@ class BagSequencer(wiring.Component):
     With ``registered_descriptor`` a bag's offsets and fields go into a register stage of their
     own (E), and its descriptor goes on from there a cycle later: the offset word's 16-way
     choice in its line then ends at flip-flops, not at the subtraction of its length and the
-    queue (or divider) behind it. It costs a cycle of latency, not throughput.
+    queue (or divider) behind it, and each group of the word's bits is chosen by a copy of the
+    select of its own. It costs a cycle of latency, not throughput.
 
     ``reciprocal_steps_per_cycle`` (a divisor of 24, default 2) is how many quotient bits the
     sequential divider finds a cycle: 1 puts one 25-bit compare-and-subtract between its
@@ -123,11 +129,22 @@ class BagSequencer(wiring.Component):
         active = Signal()
         in_flight = Signal(range(self._fifo_depth + 1))
 
+        # The offset word's 16-way choice in its line: with ``registered_descriptor`` each
+        # group of its bits has a copy of the select of its own, so that one register does
+        # not spread over the 32 bits' multiplexers.
+        take = Signal()
         value = Signal(32)
-        with m.Switch(entry[:4]):
-            for k in range(LANES):
-                with m.Case(k):
-                    m.d.comb += value.eq(self.lines.payload[32 * k:32 * (k + 1)])
+        next_word = Mux(self.start, 0, Mux(take, (entry + 1)[:4], entry[:4]))
+        selects = lane_copies(m, next_word, entry[:4], copies=_WORD_SELECT_COPIES,
+                              name="word_select", replicate=self._registered_descriptor)
+        bits = 32 // _WORD_SELECT_COPIES
+        for copy, select in enumerate(selects):
+            group = slice(copy * bits, (copy + 1) * bits)
+            with m.Switch(select):
+                for k in range(LANES):
+                    with m.Case(k):
+                        word = self.lines.payload[32 * k:32 * (k + 1)]
+                        m.d.comb += value[group].eq(word[group])
 
         # Stage E holds a formed descriptor (with ``registered_descriptor``); ``accept`` says
         # the divider side takes one this cycle: one MEAN bag at a time with the sequential
@@ -142,7 +159,6 @@ class BagSequencer(wiring.Component):
             room = (queue.level + in_flight + e_valid < self._fifo_depth) & (~e_valid | accept)
         else:
             room = (queue.level + in_flight < self._fifo_depth) & accept
-        take = Signal()
         m.d.comb += [
             take.eq(active & self.lines.valid & (entry < self.limit) & room),
             self.lines.ready.eq(take & ((entry[:4] == LANES - 1) | (entry + 1 == entries))),

@@ -406,12 +406,12 @@ class UpdateEngine(wiring.Component):
 
     @property
     def mul_latency(self):
-        """The multiplier lanes' latency: their stages, plus ``lane_fold - 1``."""
+        """The multiplier lanes' latency: their stages, plus ``lane_fold`` when folded."""
         return folded_latency(self._mul_stages, self._lane_fold)
 
     @property
     def add_latency(self):
-        """The adder lanes' latency: their stages, plus ``lane_fold - 1``."""
+        """The adder lanes' latency: their stages, plus ``lane_fold`` when folded."""
         return folded_latency(self._add_stages, self._lane_fold)
 
     @property

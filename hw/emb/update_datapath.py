@@ -139,8 +139,9 @@ class UpdateDatapath(wiring.Component):
         units each, a line over ``lane_fold`` cycles; built here or, with ``shared_lanes``,
         elsewhere with the same fold): accumulation and apply issue a line at most once in
         ``lane_fold`` cycles, and :attr:`mul_latency` and :attr:`add_latency` count the
-        lanes' ``lane_fold - 1`` cycles more. An FPGA build's trade of rate for area; only
-        without ``corrections`` (default 1, a unit per lane).
+        lanes' ``lane_fold`` cycles more (:func:`~hw.fp.lanes.folded_latency`). An FPGA
+        build's trade of rate for area; only without ``corrections`` (default 1, a unit per
+        lane).
     registered_operands : bool
         The multiplier's operands (chosen lane by lane) pass a register before the
         multiplier, so that a choice's inputs from across the engine reach the lanes in a
@@ -345,7 +346,8 @@ class UpdateDatapath(wiring.Component):
 
     @property
     def add_latency(self):
-        """Cycles from the adder's operands to its sum (its stages, plus ``lane_fold - 1``)."""
+        """Cycles from the adder's operands to its sum: its stages, plus ``lane_fold`` when
+        folded."""
         return folded_latency(self._add_stages, self._fold)
 
     @property

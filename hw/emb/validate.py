@@ -13,7 +13,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..fanout import replicated_register
+from ..fanout import lane_copies, replicated_register
 from ..params import check_bool
 from .layouts import ErrorCode, table_layout
 
@@ -140,7 +140,13 @@ class OffsetsValidator(wiring.Component):
         active = Signal()
         table = Signal(8)
         table_entry = Signal(32)       # entry where `table` begins (table * bags)
-        previous = Signal(32)          # value of entry cursor - 1
+        # The value of entry cursor - 1 is the last segment's last entry: kept as that
+        # segment's entries and its end in the window, and chosen from them after the
+        # registers, so the segment's length (behind the line's valid) does not steer a 32-bit
+        # choice in front of them. End 0 (after `start`) stands for offsets[-1] = 0.
+        previous = Signal(32)
+        previous_values = [Signal(ENTRY_BITS, name=f"previous_value_{j}") for j in range(WINDOW)]
+        previous_end = Signal(range(WINDOW + 1))
         by_tables = Signal()           # CHECK mode with bags: segments stop at table ends
         # The walk's decisions (how far this step goes, whether it leaves the line) come from
         # distances kept in registers, each with a registered "below 8" flag, so they are
@@ -160,11 +166,23 @@ class OffsetsValidator(wiring.Component):
         line = self.lines.payload
         lanes = _lanes(line)
         values = [Signal(ENTRY_BITS, name=f"value_{j}") for j in range(WINDOW)]
-        with m.Switch(cursor[window_bits:4]):
-            for w in range(LANES // WINDOW):
-                with m.Case(w):
-                    m.d.comb += [values[j].eq(lanes[w * WINDOW + j]) for j in range(WINDOW)]
+        # With `registered_window` each entry of the window is chosen by a copy of the
+        # cursor's window bits of its own, so one register does not spread over 128 bits'
+        # multiplexers.
+        next_cursor = Signal(32)
+        window_selects = lane_copies(m, next_cursor[window_bits:4], cursor[window_bits:4],
+                                     copies=WINDOW, name="window_select",
+                                     replicate=self._registered_window)
+        for j, window_select in enumerate(window_selects):
+            with m.Switch(window_select):
+                for w in range(LANES // WINDOW):
+                    with m.Case(w):
+                        m.d.comb += values[j].eq(lanes[w * WINDOW + j])
         low = cursor[:window_bits]
+        with m.Switch(previous_end):
+            for j in range(1, WINDOW + 1):
+                with m.Case(j):
+                    m.d.comb += previous.eq(previous_values[j - 1])
 
         # This step's segment: up to the window's end, `end`, or the next table's start.
         room = Signal(window_bits + 1)
@@ -243,11 +261,6 @@ class OffsetsValidator(wiring.Component):
         m.d.comb += bad.eq(Mux(mode == OffsetsMode.CHECK,
                                segment["mask"] & (zero_bad | falls | past), 0))
 
-        last_value = Signal(32)
-        with m.Switch(high):
-            for j in range(1, WINDOW + 1):
-                with m.Case(j):
-                    m.d.comb += last_value.eq(values[j - 1])
         first_value = Signal(32)
         with m.Switch(low):
             for j in range(WINDOW):
@@ -290,6 +303,7 @@ class OffsetsValidator(wiring.Component):
                 with m.If(capture_every | (capture_table == t)):
                     m.d.sync += self.table_starts[t].eq(capture_value)
 
+        m.d.comb += next_cursor.eq(Mux(self.start, self.first, Mux(step, segment_end, cursor)))
         with m.If(self.start):
             left_at_start = self.end - self.first
             m.d.sync += [
@@ -301,7 +315,7 @@ class OffsetsValidator(wiring.Component):
                 to_table.eq(self.bags), to_table_small.eq(self.bags < 8),
                 bags_small.eq(self.bags < 8), at_table_start.eq(1),
                 active.eq(self.first != self.end), table.eq(0), table_entry.eq(0),
-                previous.eq(0), self.count.eq(0),
+                previous_end.eq(0), self.count.eq(0),
                 self.lines_done.eq(0), self.error.eq(ERROR_LAYOUT.const({})),
                 self.checked.eq(self.first), judge.eq(0),
             ]
@@ -313,7 +327,8 @@ class OffsetsValidator(wiring.Component):
                              capture_table.eq(table)]
             left_after = left - length
             to_table_after = to_table - length
-            m.d.sync += [cursor.eq(segment_end), previous.eq(last_value),
+            m.d.sync += [cursor.eq(segment_end), previous_end.eq(high),
+                         *(r.eq(v) for r, v in zip(previous_values, values, strict=True)),
                          left.eq(left_after), left_small.eq(left_after < 8),
                          at_table_start.eq(ends_table)]
             with m.If(ends_walk):

@@ -47,9 +47,10 @@ def check_fold(fold, *, lanes):
 
 
 def folded_latency(stages, fold):
-    """:attr:`FPLanes.latency` of lanes with units of ``stages`` folded by ``fold``: the later
-    parts enter the units ``fold - 1`` cycles after the first."""
-    return stages + fold - 1
+    """:attr:`FPLanes.latency` of lanes with units of ``stages`` folded by ``fold``: folded, the
+    operands wait a cycle in registers and the later parts enter the units ``fold - 1``
+    cycles after the first."""
+    return stages if fold == 1 else stages + fold
 
 
 class FPLanes(wiring.Component):
@@ -61,9 +62,11 @@ class FPLanes(wiring.Component):
 
     With ``fold`` > 1 the lanes are *folded*: ``lanes / fold`` units compute them, a part of
     ``lanes / fold`` lanes a cycle, so a line takes ``fold`` cycles and the whole line comes
-    out ``fold - 1`` cycles later than from unfolded lanes (:attr:`latency`). Every operand is
-    still taken in the cycle of ``i.valid``; the later parts wait in registers loaded every
-    cycle, and the earlier results likewise, so no enable spans the line. The price is the
+    out ``fold`` cycles later than from unfolded lanes (:attr:`latency`). Every operand is
+    still taken in the cycle of ``i.valid``; all parts wait in registers loaded every cycle
+    (the first for one cycle, so that the units' operand multiplexer starts at flip-flops and
+    not behind the client's logic), and the earlier results likewise, so no enable spans the
+    line. The price is the
     rate: ``i.valid`` may be high at most once in any :attr:`issue_interval` cycles (a client
     that issues more often gets wrong results). An FPGA build uses this to save area: folded
     by 2, the ``emb`` board design has 9,500 LUT4 and 32 DSPs fewer (``boards.synth
@@ -171,7 +174,7 @@ class FPLanes(wiring.Component):
     @property
     def latency(self):
         """Cycles from ``i.valid`` to the matching ``o.valid``: the register stages, plus
-        ``fold - 1``."""
+        ``fold`` when folded."""
         return folded_latency(self._stages, self._fold)
 
     def elaborate(self, platform):
@@ -179,22 +182,23 @@ class FPLanes(wiring.Component):
         results = self.o.payload.result if self._tag_width else self.o.payload
         fold, width = self._fold, self.units
         operands = self.i.payload
-        # Part p (lanes p * width ...) enters the units p cycles after i.valid, from operands
-        # delayed by p cycles; each unit picks its part with its own copies of the delayed
-        # valid, so no one register steers every unit's operands.
-        parts = [operands] + [delay(m, operands, p, name=f"part_{p}", reset_less=True)
-                              for p in range(1, fold)]
+        # Folded, part p (lanes p * width ...) enters the units p + 1 cycles after i.valid,
+        # from operands delayed by p + 1 cycles; each unit picks its part with its own copies
+        # of the delayed valid, so no one register steers every unit's operands.
+        entry = 0 if fold == 1 else 1
+        parts = [delay(m, operands, p + entry, name=f"part_{p}", reset_less=True)
+                 for p in range(fold)]
         for index in range(width):
             options = {"dsp": self._dsp} if self._op == "mul" else {}
             unit = m.submodules[f"lane_{index}"] = _UNITS[self._op](stages=self._stages,
                                                                    **options)
-            a, b = operands.a[index], operands.b[index]
-            sub = operands.sub if self._op == "add" else None
+            a, b = parts[0].a[index], parts[0].b[index]
+            sub = parts[0].sub if self._op == "add" else None
             turn = self.i.valid
+            if entry:
+                turn = _turn_copy(m, turn, name=f"part_0_turn_{index}")
             for p in range(1, fold):
-                later_turn = Signal(name=f"part_{p}_turn_{index}", attrs={REPLICA_ATTRIBUTE: 1})
-                m.d.sync += later_turn.eq(turn)
-                turn = later_turn
+                turn = _turn_copy(m, turn, name=f"part_{p}_turn_{index}")
                 lane = p * width + index
                 a = Mux(turn, parts[p].a[lane], a)
                 b = Mux(turn, parts[p].b[lane], b)
@@ -215,3 +219,11 @@ class FPLanes(wiring.Component):
             m.d.comb += self.o.payload.tag.eq(
                 delay(m, self.i.payload.tag, self.latency, name="tag", reset_less=True))
         return m
+
+
+def _turn_copy(m, turn, *, name):
+    """``turn`` a cycle later, in a register of one unit's own (kept apart by the replica
+    attribute, so that Yosys does not merge the units' copies back into one wide net)."""
+    later_turn = Signal(name=name, attrs={REPLICA_ATTRIBUTE: 1})
+    m.d.sync += later_turn.eq(turn)
+    return later_turn

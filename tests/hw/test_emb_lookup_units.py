@@ -364,7 +364,7 @@ def test_offsets_validator_finds_the_first_problem(registered_window):
 @REGISTERED_WINDOW
 def test_offsets_validator_counts_bag_starts(registered_window):
     offsets = [0, 3, 3, 7, 9, 9, 9, 12, 20, 21, 30, 31, 32, 40, 41, 43, 44, 50, 51]
-    windows = ((9, 2, 9), (0, 0, 5), (43, 5, 19), (100, 17, 18))
+    windows = ((9, 2, 9), (0, 0, 5), (43, 5, 19), (100, 17, 18), (8, 5, 8), (30, 13, 16))
     jobs = [(offsets, {"bags": 0, "tables": 1, "num_indices": 51, "mode": OffsetsMode.COUNT,
                        "first": first, "end": end, "threshold": threshold})
             for threshold, first, end in windows]
