@@ -58,7 +58,9 @@ class BagSequencer(wiring.Component):
     own (E), and its descriptor goes on from there a cycle later: the offset word's 16-way
     choice in its line then ends at flip-flops, not at the subtraction of its length and the
     queue (or divider) behind it, and each group of the word's bits is chosen by a copy of the
-    select of its own. It costs a cycle of latency, not throughput.
+    select of its own; and whether an entry is validated, and the walk's last, come from
+    registers. It costs a cycle of latency (and one more where the walk waits for the
+    validator), not throughput.
 
     ``reciprocal_steps_per_cycle`` (a divisor of 24, default 2) is how many quotient bits the
     sequential divider finds a cycle: 1 puts one 25-bit compare-and-subtract between its
@@ -159,9 +161,30 @@ class BagSequencer(wiring.Component):
             room = (queue.level + in_flight + e_valid < self._fifo_depth) & (~e_valid | accept)
         else:
             room = (queue.level + in_flight < self._fifo_depth) & accept
+        # Whether the entry held is validated, and the walk's last. With
+        # ``registered_descriptor`` both come from registers, so the line stream's ready does
+        # not wait for two 32-bit comparisons: each is made for the entry held and the one
+        # after it, and the next cycle picks by whether the walk took one. ``limit`` only
+        # grows during a walk, so last cycle's is a safe bound (an entry is taken a cycle
+        # late at worst). The cycle after ``start`` takes nothing: its comparisons were of
+        # the walk before.
+        validated = Signal()
+        last_entry = Signal()
+        if self._registered_descriptor:
+            took, started = Signal(), Signal()
+            validated_held, validated_next = Signal(), Signal()
+            last_held, last_next = Signal(), Signal()
+            m.d.sync += [took.eq(take), started.eq(self.start),
+                         validated_held.eq(entry < self.limit),
+                         validated_next.eq(entry + 1 < self.limit),
+                         last_held.eq(entry + 1 == entries), last_next.eq(entry + 2 == entries)]
+            m.d.comb += [validated.eq(~started & Mux(took, validated_next, validated_held)),
+                         last_entry.eq(Mux(took, last_next, last_held))]
+        else:
+            m.d.comb += [validated.eq(entry < self.limit), last_entry.eq(entry + 1 == entries)]
         m.d.comb += [
-            take.eq(active & self.lines.valid & (entry < self.limit) & room),
-            self.lines.ready.eq(take & ((entry[:4] == LANES - 1) | (entry + 1 == entries))),
+            take.eq(active & self.lines.valid & validated & room),
+            self.lines.ready.eq(take & ((entry[:4] == LANES - 1) | last_entry)),
             self.freed.eq(entry >> 4),
             self.done.eq(~active & (in_flight == 0) & (queue.level == 0) & ~e_valid),
         ]
@@ -248,7 +271,7 @@ class BagSequencer(wiring.Component):
             ]
         with m.Elif(take):
             m.d.sync += [entry.eq(entry + 1), previous.eq(value)]
-            with m.If(entry + 1 == entries):
+            with m.If(last_entry):
                 m.d.sync += active.eq(0)
             with m.If(form):
                 with m.If(bag + 1 == bags):

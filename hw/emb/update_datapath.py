@@ -889,7 +889,10 @@ class UpdateDatapath(wiring.Component):
         m.d.sync += [
             accumulating.eq(accumulating_next),
             applying.eq(applying_next),
-            sums_final.eq(accumulating_next == 0),
+            # (accumulating_next == 0, with accumulate_go at the last gate: a line taken
+            # leaves at least one in flight.)
+            sums_final.eq(~accumulate_go & Mux(job_done[_Job.ACCUMULATE], accumulating == 1,
+                                               accumulating == 0)),
             write_room.eq(writes_level_next + applying_next < self._write_depth - spare),
         ]
         if not self._corrections:

@@ -7,7 +7,7 @@ waits (``full``) until the owner applies the chunk and clears the table: that is
 chunk boundary of ``sw_model.sparse_sgd_update``.
 """
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -112,16 +112,19 @@ class UniqueRows(wiring.Component):
             m.d.sync += count.eq(0)
         with m.Elif(self.i.valid & ~self.probe & output_free & (hit | room)):
             m.d.comb += self.i.ready.eq(1)
+            m.d.sync += self.o.valid.eq(1)
+            with m.If(~hit):
+                m.d.comb += insert.eq(1)
+                m.d.sync += count.eq(count + 1)
+        # The output's payload loads whenever the output is free, taken or not (``o.valid``
+        # says whether it holds one), so the key comparisons behind ``hit`` reach its data
+        # only, not the enable of every bit.
+        with m.If(output_free):
             m.d.sync += [
-                self.o.valid.eq(1),
                 self.o.payload.data.eq(self.i.payload.data),
                 self.o.payload.fresh.eq(~hit),
+                self.o.payload.slot.eq(Mux(hit, hit_slot, count)),
             ]
-            with m.If(hit):
-                m.d.sync += self.o.payload.slot.eq(hit_slot)
-            with m.Else():
-                m.d.comb += insert.eq(1)
-                m.d.sync += [self.o.payload.slot.eq(count), count.eq(count + 1)]
         # One enable per key, not a switch over ``count`` in every key's process: that is
         # capacity x capacity cases in the netlist (1,024 slots: a million, more than
         # Verilator's memory holds).

@@ -41,13 +41,21 @@ def expected_descriptors(offsets, bags):
     return expected
 
 
-def run_sequencer(draw, offsets, bags, *, stalls=True, **params):
+def run_sequencer(draw, offsets, bags, *, stalls=True, abandoned_cycles=0, **params):
     """The descriptors the sequencer put out, and the cycle of each. Without ``stalls`` every
-    offset has landed, lines are always offered and descriptors always taken."""
+    offset has landed, lines are always offered and descriptors always taken. Entries at or
+    past ``limit`` read as poison (not yet validated, they may hold anything). With
+    ``abandoned_cycles`` a walk with every entry validated runs that long first (its
+    descriptors never taken), and the walk checked starts over it."""
     dut = BagSequencer(max_tables=len(TABLES), addr_width=ADDR_WIDTH, **params)
-    lines = [sum(value << (32 * lane) for lane, value in enumerate(offsets[k:k + LANES]))
-             for k in range(0, len(offsets), LANES)]
-    got, cycles, state = [], [], {"done": False}
+
+    def line_of(number, limit):
+        entries = [value if number * LANES + lane < limit else 0xDEAD_0000 + lane
+                   for lane, value in enumerate(offsets[number * LANES:(number + 1) * LANES])]
+        return sum(value << (32 * lane) for lane, value in enumerate(entries))
+
+    line_count = (len(offsets) + LANES - 1) // LANES
+    got, cycles, state = [], [], {"done": False, "abandoned": abandoned_cycles > 0}
 
     async def control(ctx):
         ctx.set(dut.table_config,
@@ -56,19 +64,38 @@ def run_sequencer(draw, offsets, bags, *, stalls=True, **params):
         ctx.set(dut.tables, len(TABLES))
         ctx.set(dut.output_line, OUTPUT_LINE)
         ctx.set(dut.row_lines, ROW_LINES)
+        if abandoned_cycles:
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            ctx.set(dut.limit, len(offsets))
+            line = 0
+            for _ in range(abandoned_cycles):
+                ctx.set(dut.lines.valid, line < line_count)
+                ctx.set(dut.lines.payload, line_of(line, len(offsets)))
+                _, _, ready = await ctx.tick().sample(dut.lines.ready)
+                line += ready
+            # The limit still stands at the old walk's as the new one starts (as the
+            # validator's count does when both start together).
+            ctx.set(dut.lines.valid, 1)
+            ctx.set(dut.lines.payload, line_of(0, 0))
+            state["abandoned"] = False
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
         # The validator's limit grows in steps; a line is offered only some cycles.
         limit, line = 0, 0
-        while line < len(lines):
-            if draw.random() < 0.3 or not stalls:
+        # Over an abandoned walk, the first cycle offers a line with nothing validated.
+        held = bool(abandoned_cycles)
+        while line < line_count:
+            if (draw.random() < 0.3 or not stalls) and not held:
                 limit = len(offsets) if not stalls else \
                     min(limit + draw.randrange(1, 6), len(offsets))
             ctx.set(dut.limit, limit)
-            valid = draw.random() < 0.7 or not stalls
+            valid = draw.random() < 0.7 or not stalls or held
+            held = False
             ctx.set(dut.lines.valid, valid)
-            ctx.set(dut.lines.payload, lines[line])
+            ctx.set(dut.lines.payload, line_of(line, limit))
             _, _, ready = await ctx.tick().sample(dut.lines.ready)
             if valid and ready:
                 line += 1
@@ -79,6 +106,10 @@ def run_sequencer(draw, offsets, bags, *, stalls=True, **params):
         quiet = cycle = 0
         while quiet < 40:
             # Bursts of readiness between long stalls, so the queue fills up.
+            if state["abandoned"]:
+                ctx.set(dut.descriptors.ready, 0)
+                await ctx.tick()
+                continue
             ready = draw.random() < (0.9 if (len(got) // 5) % 2 else 0.05) or not stalls
             ctx.set(dut.descriptors.ready, ready)
             _, _, valid, payload, done = await ctx.tick().sample(
@@ -118,6 +149,23 @@ def test_sequencer_emits_every_bag_once_in_order(mean_reciprocal, steps, registe
             f"seed {seed}, descriptor {number}"
         if scale is not None:
             assert descriptor.scale == scale, f"seed {seed}, descriptor {number}: MEAN factor"
+
+
+@pytest.mark.parametrize("registered_descriptor", [False, True], ids=["formed", "registered"])
+@pytest.mark.parametrize("abandoned_cycles", [3, 9])
+def test_sequencer_starts_over_an_abandoned_walk(registered_descriptor, abandoned_cycles):
+    """A walk started over one mid-way (every entry validated, the queue full) reads none of
+    the new walk's entries before they are validated."""
+    draw = random.Random(abandoned_cycles)
+    bags = 9
+    lengths = [draw.choice([0, 1, 2, 3, 7]) for _ in range(bags * len(TABLES))]
+    offsets = [0, *np.cumsum(lengths).tolist()]
+    got, _ = run_sequencer(draw, offsets, bags, abandoned_cycles=abandoned_cycles,
+                           mean_reciprocal="pipelined",
+                           registered_descriptor=registered_descriptor)
+    expected = expected_descriptors(offsets, bags)
+    assert [(d.table, d.bag, d.start, d.length, d.out_line) for d in got] == \
+        [want[:5] for want in expected]
 
 
 @pytest.mark.parametrize("registered_descriptor", [False, True], ids=["formed", "registered"])

@@ -602,6 +602,13 @@ def test_checker_order_and_zero_length_buffers():
          (ErrorCode.ADDRESS_OUT_OF_REGION, 0)),  # one line past it
         (dict(command, tables=0), tables, (ErrorCode.BAD_TABLE_COUNT, 0)),
         (dict(command, tables=5), tables, (ErrorCode.BAD_TABLE_COUNT, 0)),
+        # 17 offsets (8 bags x 2 tables + 1) and 17 indices take two lines each.
+        (dict(command, bags=8, offsets=0x11000 - 128), tables, (ErrorCode.NONE, 0)),
+        (dict(command, bags=8, offsets=0x11000 - 64), tables,
+         (ErrorCode.ADDRESS_OUT_OF_REGION, 0)),
+        (dict(command, num_indices=17, indices=0x11000 - 128), tables, (ErrorCode.NONE, 0)),
+        (dict(command, num_indices=17, indices=0x11000 - 64), tables,
+         (ErrorCode.ADDRESS_OUT_OF_REGION, 0)),
     ]
     results = run_checker([(c, t, regions) for c, t, _ in cases])
     assert results == [expected for _, _, expected in cases]
