@@ -139,8 +139,9 @@ def test_default_latency_and_cuts():
     assert FPMul().latency == FPMul.DEFAULT_STAGES == 7
     assert FPLanes(op="add").latency == FPAdd.DEFAULT_STAGES
     assert FPLanes(op="mul", stages=3).latency == 3
-    assert FPLanes(op="mul", stages=3, fold=2).latency == 4
-    assert FPLanes(op="add", lanes=8, stages=2, fold=4).latency == 5
+    # Folded: the operands' entry register, then a cycle per later part.
+    assert FPLanes(op="mul", stages=3, fold=2).latency == 5
+    assert FPLanes(op="add", lanes=8, stages=2, fold=4).latency == 6
     for unit in (FPAdd, FPMul):
         for depth, cuts in enumerate(unit.CUTS):
             assert len(cuts) == depth
