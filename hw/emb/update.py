@@ -515,7 +515,8 @@ class UpdateEngine(wiring.Component):
             max_tables=self._max_tables, addr_width=aw,
             replicated_rows=self._fpga_pipelining))
         index_lines = per_command("index_lines", LineRequester(
-            line_address_width=line_address_width))
+            line_address_width=line_address_width,
+            registered_request=self._fpga_pipelining))
 
         # The command, latched when accepted.
         command = Signal(command_layout(aw))

@@ -19,6 +19,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.mem.sliced_fifo import SlicedFIFO, check_slices
+from hw.params import check_bool
 from hw.skid import SkidBuffer
 
 __all__ = ["LINE_BITS", "LineRequester", "ReadRouter", "WordReader"]
@@ -260,10 +261,14 @@ class LineRequester(wiring.Component):
         Begin a new run (abandons any old one); ``base`` and ``lines`` are sampled.
     base : ``In(line_address_width)``, lines : ``In(29)``
     request : ``Out(stream.Signature(line_address_width))``
-        Line reads, to a :class:`ReadRouter` source.
+        Line reads, to a :class:`ReadRouter` source. With ``registered_request`` through a
+        :class:`~hw.skid.SkidBuffer` (emptied by ``start``): a request reaches the router a
+        cycle later, the router's arbitration starts from the buffer's flip-flops, not from
+        ``start`` and the count behind it, and its ``ready`` stops at the buffer.
     """
 
-    def __init__(self, *, line_address_width):
+    def __init__(self, *, line_address_width, registered_request=False):
+        self._registered_request = check_bool("Registered request", registered_request)
         super().__init__({
             "start": In(1),
             "base": In(line_address_width),
@@ -276,14 +281,20 @@ class LineRequester(wiring.Component):
         line_count = Signal(29)
         issued = Signal(29)
         next_line = Signal.like(self.request.payload)
+        request = self.request
+        if self._registered_request:
+            skid = m.submodules.skid = ResetInserter(self.start)(
+                SkidBuffer(shape=self.request.payload.shape()))
+            wiring.connect(m, skid.o, wiring.flipped(self.request))
+            request = skid.i
         with m.If(self.start):
             m.d.sync += [line_count.eq(self.lines), issued.eq(0), next_line.eq(self.base)]
         with m.Else():
             m.d.comb += [
-                self.request.valid.eq(issued != line_count),
-                self.request.payload.eq(next_line),
+                request.valid.eq(issued != line_count),
+                request.payload.eq(next_line),
             ]
-            with m.If(self.request.valid & self.request.ready):
+            with m.If(request.valid & request.ready):
                 m.d.sync += [issued.eq(issued + 1), next_line.eq(next_line + 1)]
         return m
 
@@ -308,11 +319,12 @@ class WordReader(wiring.Component):
     o : ``Out(stream.Signature(32))``
         The words, little-endian within each line. With ``registered_output`` through a
         :class:`~hw.skid.SkidBuffer`: the first word leaves a cycle after its line arrives,
-        then one per cycle, and ``o.ready`` reaches only the buffer's register.
+        then one per cycle, and ``o.ready`` reaches only the buffer's register; and its line
+        requests pass one too (:class:`LineRequester`'s ``registered_request``).
     """
 
     def __init__(self, *, line_address_width, registered_output=False):
-        self._registered_output = bool(registered_output)
+        self._registered_output = check_bool("Registered output", registered_output)
         super().__init__({
             "start": In(1),
             "base": In(line_address_width),
@@ -326,7 +338,8 @@ class WordReader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         requester = m.submodules.requester = LineRequester(
-            line_address_width=len(self.request.payload))
+            line_address_width=len(self.request.payload),
+            registered_request=self._registered_output)
         wiring.connect(m, requester.request, wiring.flipped(self.request))
         words = Signal(33)       # the end: ``first + words``, counted from the line's word 0
         delivered = Signal(33)

@@ -38,8 +38,10 @@ With ``registered_checks`` the checks compare registers:
 * an index is compared with its table's ``rows`` held in a register (loaded every cycle from
   the descriptor of the current table, which changes at least a cycle before Indices), not
   chosen from the descriptors, and an index (with its weight) is taken whatever it is: a bad
-  one ends the walk, so the comparison decides only the occurrence's ``valid``, the status
-  and the state, not the streams' ``ready``.
+  one ends the walk, so the comparison decides only the occurrence's ``valid`` and the
+  state, not the streams' ``ready``; the status names the bad index a cycle later, from a
+  state of its own, so the comparison is not in front of the status register's enable
+  either.
 
 The walk is otherwise the same, cycle for cycle.
 """
@@ -410,8 +412,7 @@ class OccurrenceWalker(wiring.Component):
                             # they load.
                             take()
                             with m.If(bad):
-                                fail(ErrorCode.INDEX_OUT_OF_RANGE, position_=position,
-                                     table_=table, bag_=bag)
+                                m.next = "Index-Failed"
                             with m.Else():
                                 emit()
                         else:
@@ -421,5 +422,12 @@ class OccurrenceWalker(wiring.Component):
                             with m.Else():
                                 take()
                                 emit()
+
+            if self._registered_checks:
+                with m.State("Index-Failed"):
+                    # The status of a bad index, a cycle after it was taken (position has
+                    # moved past it; table and bag have not).
+                    fail(ErrorCode.INDEX_OUT_OF_RANGE, position_=position - 1, table_=table,
+                         bag_=bag)
 
         return m
