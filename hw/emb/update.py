@@ -488,7 +488,8 @@ class UpdateEngine(wiring.Component):
             line_address_width=line_address_width))
         unique = per_command("unique", UniqueRows(
             capacity=capacity, table_width=walker.table_width,
-            payload_shape=chunk_occurrence_layout(line_width=walker.line_width)))
+            payload_shape=chunk_occurrence_layout(line_width=walker.line_width),
+            registered_accept=self._fpga_pipelining))
         row_fetch = per_command("row_fetch", RowFetch(
             capacity=capacity, max_tables=self._max_tables, table_width=walker.table_width,
             line_width=walker.line_width, addr_width=aw,

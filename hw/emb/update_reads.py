@@ -18,6 +18,7 @@ from amaranth.hdl import Cat, Module, Mux, ResetInserter, Shape, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.fanout import lane_copies
 from hw.mem.sliced_fifo import SlicedFIFO, check_slices
 from hw.params import check_bool
 from hw.skid import SkidBuffer
@@ -26,6 +27,8 @@ __all__ = ["LINE_BITS", "LineRequester", "ReadRouter", "WordReader"]
 
 LINE_BITS = 512
 _WORDS_PER_LINE = 16
+#: Copies of a word reader's lane with ``registered_output``, each choosing 4 bits of the word.
+_WORD_SELECT_COPIES = 8
 
 
 class ReadRouter(wiring.Component):
@@ -356,11 +359,20 @@ class WordReader(wiring.Component):
                 words.eq(self.words + self.first),
                 delivered.eq(self.first),
             ]
-        with m.Else():
-            lane = delivered[:4]
-            word = self.lines.payload.word_select(lane, 32)
+        take = Signal()  # the word at ``delivered`` leaves its line this cycle
+        lane = delivered[:4]
+        # With ``registered_output`` each group of the word's bits is chosen by a copy of the
+        # lane of its own, so that one register does not spread over 32 16-way choices.
+        next_lane = Mux(self.start, self.first, Mux(take, (delivered + 1)[:4], lane))
+        lanes = lane_copies(m, next_lane, lane, copies=_WORD_SELECT_COPIES, name="lane",
+                            replicate=self._registered_output)
+        bits = 32 // _WORD_SELECT_COPIES
+        word = Signal(32)
+        for copy, select in enumerate(lanes):
+            group = slice(copy * bits, (copy + 1) * bits)
+            m.d.comb += word[group].eq(self.lines.payload.word_select(select, 32)[group])
+        with m.If(~self.start):
             available = self.lines.valid & (delivered != words)
-            take = Signal()  # the word at ``delivered`` leaves its line this cycle
             if self._registered_output:
                 # The consumer's decision on a word (a comparison that drives its ready) then
                 # starts from flip-flops, not from a 16-way word choice behind the counter,

@@ -11,6 +11,8 @@ from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.params import check_bool
+
 __all__ = ["UniqueRows"]
 
 
@@ -48,14 +50,23 @@ class UniqueRows(wiring.Component):
         Look ``probe_key`` up instead of ``i`` (which then waits): ``probe_hit`` and
         ``probe_slot`` answer in the same cycle and nothing is inserted. The correction of a
         relaxed lookup asks this way which of its rows the chunk holds.
+
+    With ``registered_accept`` the key comparisons reach neither ``i.ready`` nor the keys'
+    enables, so the queue behind ``i`` and the key registers load from flip-flops: while
+    there is room an occurrence is taken whether its key is known or not, and once the chunk
+    is full one is taken only the cycle after its comparison found its key (a cycle more per
+    occurrence then, against one per cycle); a new key is written a cycle after it is taken,
+    and until then the comparisons see it in a register of its own. The slots, and the
+    chunks, are the same.
     """
 
-    def __init__(self, *, capacity, table_width, payload_shape):
+    def __init__(self, *, capacity, table_width, payload_shape, registered_accept=False):
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"Capacity must be a positive integer, not {capacity!r}")
         if not isinstance(table_width, int) or isinstance(table_width, bool) or table_width < 1:
             raise ValueError(f"Table width must be a positive integer, not {table_width!r}")
         self._capacity = capacity
+        self._registered_accept = check_bool("Registered accept", registered_accept)
         self._key_layout = data.StructLayout({"table": unsigned(table_width), "row": 32})
         slot_shape = range(capacity)
         super().__init__({
@@ -90,32 +101,57 @@ class UniqueRows(wiring.Component):
         with m.Else():
             m.d.comb += [wanted.table.eq(self.i.payload.table),
                          wanted.row.eq(self.i.payload.row)]
-        matches = [(slot < count) & (key.as_value() == wanted.as_value())
+        # With registered_accept a key taken last cycle is written this cycle: until then its
+        # slot's register is stale, and the pending copy stands in for it.
+        pending = Signal()
+        pending_key = Signal(self._key_layout)
+        pending_slot = Signal(range(self._capacity))
+        matches = [(slot < count) & ~(pending & (pending_slot == slot))
+                   & (key.as_value() == wanted.as_value())
                    for slot, key in enumerate(keys)]
+        pending_match = pending & (pending_key.as_value() == wanted.as_value())
         hit = Signal()
         hit_slot = Signal(range(self._capacity))
         # Keys are distinct, so at most one slot matches: bit b of its number is the OR of the
         # matches of the slots that have bit b set (flat, so 1,024 slots elaborate too).
-        m.d.comb += hit.eq(Cat(*matches).any())
+        m.d.comb += hit.eq(Cat(*matches, pending_match).any())
         for bit in range(len(hit_slot)):
             m.d.comb += hit_slot[bit].eq(
-                Cat(*(match for slot, match in enumerate(matches) if slot >> bit & 1)).any())
+                Cat(*(match for slot, match in enumerate(matches) if slot >> bit & 1),
+                    pending_match & pending_slot[bit]).any())
         room = count != self._capacity
         m.d.comb += [self.full.eq(self.i.valid & ~self.probe & ~hit & ~room),
                      self.probe_hit.eq(hit), self.probe_slot.eq(hit_slot)]
 
+        # Whether the occurrence may be taken: while there is room, always; when the chunk is
+        # full, with registered_accept only if last cycle's comparison (of the same
+        # occurrence: it was not taken, and no key changes while full) found its key.
+        known = hit
+        if self._registered_accept:
+            room_left = Signal(init=1)   # count != capacity, as a register
+            compared, compared_hit = Signal(), Signal()
+            m.d.sync += [compared.eq(self.i.valid & ~self.probe & ~room & ~self.clear
+                                     & ~self.i.ready),
+                         compared_hit.eq(hit)]
+            room = room_left
+            known = compared & compared_hit
         output_free = ~self.o.valid | self.o.ready
         insert = Signal()   # the occurrence takes the next free slot
         with m.If(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
         with m.If(self.clear):
             m.d.sync += count.eq(0)
-        with m.Elif(self.i.valid & ~self.probe & output_free & (hit | room)):
+        with m.Elif(self.i.valid & ~self.probe & output_free & (known | room)):
             m.d.comb += self.i.ready.eq(1)
             m.d.sync += self.o.valid.eq(1)
             with m.If(~hit):
                 m.d.comb += insert.eq(1)
                 m.d.sync += count.eq(count + 1)
+        if self._registered_accept:
+            with m.If(self.clear):
+                m.d.sync += room_left.eq(1)
+            with m.Elif(insert):
+                m.d.sync += room_left.eq(count + 1 != self._capacity)
         # The output's payload loads whenever the output is free, taken or not (``o.valid``
         # says whether it holds one), so the key comparisons behind ``hit`` reach its data
         # only, not the enable of every bit.
@@ -128,12 +164,20 @@ class UniqueRows(wiring.Component):
         # One enable per key, not a switch over ``count`` in every key's process: that is
         # capacity x capacity cases in the netlist (1,024 slots: a million, more than
         # Verilator's memory holds).
+        if self._registered_accept:
+            # Loaded every cycle; `pending` says whether they hold a key taken.
+            m.d.sync += [pending.eq(insert), pending_key.eq(wanted), pending_slot.eq(count)]
+            write, written_key, written_slot = pending, pending_key, pending_slot
+        else:
+            write, written_key, written_slot = insert, wanted, count
         for slot, key in enumerate(keys):
-            with m.If(insert & (count == slot)):
-                m.d.sync += key.eq(wanted)
+            with m.If(write & (written_slot == slot)):
+                m.d.sync += key.eq(written_key)
 
         with m.Switch(self.key_slot):
             for slot, key in enumerate(keys):
                 with m.Case(slot):
                     m.d.comb += self.key.eq(key)
+        with m.If(pending & (pending_slot == self.key_slot)):
+            m.d.comb += self.key.eq(pending_key)
         return m

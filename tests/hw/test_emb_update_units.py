@@ -100,9 +100,11 @@ def unique_rows_reference(keys, capacity):
     return out, starts
 
 
+@pytest.mark.parametrize("registered_accept", [False, True], ids=["compared", "registered"])
 @pytest.mark.parametrize("capacity", [1, 3, 8, 1024])  # 1024: the engine's largest
-def test_unique_rows_slots_and_chunks(capacity):
-    dut = UniqueRows(capacity=capacity, table_width=2, payload_shape=16)
+def test_unique_rows_slots_and_chunks(capacity, registered_accept):
+    dut = UniqueRows(capacity=capacity, table_width=2, payload_shape=16,
+                     registered_accept=registered_accept)
     draw = random.Random(capacity)
     keys = [(draw.randrange(3), draw.randrange(6)) for _ in range(120)]
     expected, _starts = unique_rows_reference(keys, capacity)
@@ -156,6 +158,42 @@ def test_unique_rows_slots_and_chunks(capacity):
 def test_unique_rows_rejects_bad_capacity(capacity):
     with pytest.raises(ValueError, match=r"^Capacity must be a positive integer, not "):
         UniqueRows(capacity=capacity, table_width=1, payload_shape=1)
+
+
+@pytest.mark.parametrize("registered_accept", [False, True], ids=["compared", "registered"])
+def test_unique_rows_key_reads_back_the_cycle_after_it_is_taken(registered_accept):
+    """The row fetch reads a slot's key as soon as ``count`` holds the slot (it fetches a
+    chunk's rows while the chunk fills), and probes see every key taken."""
+    dut = UniqueRows(capacity=4, table_width=2, payload_shape=1,
+                     registered_accept=registered_accept)
+    keys = [(1, 10), (2, 20), (1, 10), (3, 30)]
+    seen = []
+
+    async def testbench(ctx):
+        ctx.set(dut.o.ready, 1)
+        for table, row in keys:
+            ctx.set(dut.i.payload.table, table)
+            ctx.set(dut.i.payload.row, row)
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+            ctx.set(dut.i.valid, 0)
+            # This cycle: the slot just taken, as the row fetch reads it.
+            count = ctx.get(dut.count)
+            ctx.set(dut.key_slot, count - 1)
+            key = ctx.get(dut.key)
+            seen.append((count, key.table, key.row))
+            ctx.set(dut.probe, 1)
+            ctx.set(dut.probe_key, {"table": table, "row": row})
+            assert ctx.get(dut.probe_hit), (table, row)
+            ctx.set(dut.probe, 0)
+
+    simulate(dut, testbench, deadline=200)
+    assert seen == [(1, 1, 10), (2, 2, 20), (2, 2, 20), (3, 3, 30)]
+
+
+def test_unique_rows_registered_accept_is_a_bool():
+    with pytest.raises(TypeError, match=r"^Registered accept must be True or False, not 1$"):
+        UniqueRows(capacity=4, table_width=1, payload_shape=1, registered_accept=1)
 
 
 # ---------------------------------------------------------------------------- reads
