@@ -91,7 +91,9 @@ class BagSequencer(wiring.Component):
         if self._pipelined:
             self._reciprocal = Reciprocal(
                 tag_width=descriptor_layout(self._line_addr_width).size)
-            self._fifo_depth = fifo_depth or self._reciprocal.latency + 4
+            # (One more with registered_descriptor, whose room is a bag short: see there.)
+            self._fifo_depth = (fifo_depth
+                                or self._reciprocal.latency + 4 + self._registered_descriptor)
         else:
             self._reciprocal = SequentialReciprocal(steps_per_cycle=reciprocal_steps_per_cycle)
             # Descriptors wait only for the gather issuer here, not for a pipeline.
@@ -158,7 +160,12 @@ class BagSequencer(wiring.Component):
         else:
             m.d.comb += accept.eq((in_flight == 0) & reciprocal.i.ready)
         if self._registered_descriptor:
-            room = (queue.level + in_flight + e_valid < self._fifo_depth) & (~e_valid | accept)
+            # Room for one more, from a register: the bags held (queued, at the divider and
+            # in stage E) grow by one a cycle at most, so one short of full last cycle is
+            # room now (a bag waits a cycle more when the queue is one short of full).
+            room_ahead = Signal()
+            m.d.sync += room_ahead.eq(queue.level + in_flight + e_valid + 1 < self._fifo_depth)
+            room = room_ahead & (~e_valid | accept)
         else:
             room = (queue.level + in_flight < self._fifo_depth) & accept
         # Whether the entry held is validated, and the walk's last. With
