@@ -13,7 +13,12 @@ simulation the copies are ordinary registers with the same value.
 
 from amaranth.hdl import Signal
 
-__all__ = ["KEEP_REPLICAS_SCRIPT", "REPLICA_ATTRIBUTE", "lane_copies", "replicated_register"]
+__all__ = ["KEEP_REPLICAS_SCRIPT", "REPLICA_ATTRIBUTE", "WORD_SELECT_COPIES", "lane_copies",
+           "replicated_register", "word_of_line"]
+
+#: Copies of a word's select in :func:`word_of_line` with ``replicate``: each chooses 4 of a
+#: 32-bit word's bits.
+WORD_SELECT_COPIES = 8
 
 #: Wire attribute of every copy made by :func:`replicated_register`.
 REPLICA_ATTRIBUTE = "trainingcxl_replica"
@@ -50,3 +55,18 @@ def lane_copies(m, next_value, current, *, copies, name, replicate, domain="sync
 def _check_copies(copies):
     if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
         raise ValueError(f"Replica count must be a positive integer, not {copies!r}")
+
+
+def word_of_line(m, line, next_select, select, *, name, replicate, width=32):
+    """The ``width``-bit word ``select`` of ``line``. With ``replicate`` each group of its
+    bits is chosen by a copy of the select of its own (:func:`lane_copies`, loaded from
+    ``next_select``), so that one register does not spread over every bit's multiplexer
+    (a 16-way choice of a 512-bit line is 32 of them)."""
+    selects = lane_copies(m, next_select, select, copies=WORD_SELECT_COPIES, name=name,
+                          replicate=replicate)
+    bits = width // WORD_SELECT_COPIES
+    word = Signal(width, name=f"{name}_word")
+    for copy, chosen in enumerate(selects):
+        group = slice(copy * bits, (copy + 1) * bits)
+        m.d.comb += word[group].eq(line.word_select(chosen, width)[group])
+    return word

@@ -4,7 +4,7 @@ from amaranth.hdl import Module, Mux, ResetInserter, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.fanout import lane_copies
+from hw.fanout import word_of_line
 
 from .layouts import PoolingMode, table_layout
 from .reciprocal import Reciprocal
@@ -14,8 +14,6 @@ __all__ = ["MEAN_RECIPROCALS", "BagSequencer", "check_mean_reciprocal", "descrip
 
 LANES = 16
 
-#: Copies of the offset word's select with ``registered_descriptor``, each for 4 of its bits.
-_WORD_SELECT_COPIES = 8
 
 #: How MEAN factors are computed: a pipelined divider (a descriptor per cycle) or a
 #: sequential one (a MEAN bag per :attr:`SequentialReciprocal.latency` cycles, far smaller).
@@ -134,21 +132,11 @@ class BagSequencer(wiring.Component):
         in_flight = Signal(range(self._fifo_depth + 1))
 
         # The offset word's 16-way choice in its line: with ``registered_descriptor`` each
-        # group of its bits has a copy of the select of its own, so that one register does
-        # not spread over the 32 bits' multiplexers.
+        # group of its bits has a copy of the select of its own.
         take = Signal()
-        value = Signal(32)
         next_word = Mux(self.start, 0, Mux(take, (entry + 1)[:4], entry[:4]))
-        selects = lane_copies(m, next_word, entry[:4], copies=_WORD_SELECT_COPIES,
-                              name="word_select", replicate=self._registered_descriptor)
-        bits = 32 // _WORD_SELECT_COPIES
-        for copy, select in enumerate(selects):
-            group = slice(copy * bits, (copy + 1) * bits)
-            with m.Switch(select):
-                for k in range(LANES):
-                    with m.Case(k):
-                        word = self.lines.payload[32 * k:32 * (k + 1)]
-                        m.d.comb += value[group].eq(word[group])
+        value = word_of_line(m, self.lines.payload, next_word, entry[:4], name="word_select",
+                             replicate=self._registered_descriptor)
 
         # Stage E holds a formed descriptor (with ``registered_descriptor``); ``accept`` says
         # the divider side takes one this cycle: one MEAN bag at a time with the sequential

@@ -18,7 +18,7 @@ from amaranth.hdl import Cat, Module, Mux, ResetInserter, Shape, Signal
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.fanout import lane_copies
+from hw.fanout import word_of_line
 from hw.mem.sliced_fifo import SlicedFIFO, check_slices
 from hw.params import check_bool
 from hw.skid import SkidBuffer
@@ -27,8 +27,6 @@ __all__ = ["LINE_BITS", "LineRequester", "ReadRouter", "WordReader"]
 
 LINE_BITS = 512
 _WORDS_PER_LINE = 16
-#: Copies of a word reader's lane with ``registered_output``, each choosing 4 bits of the word.
-_WORD_SELECT_COPIES = 8
 
 
 class ReadRouter(wiring.Component):
@@ -362,15 +360,10 @@ class WordReader(wiring.Component):
         take = Signal()  # the word at ``delivered`` leaves its line this cycle
         lane = delivered[:4]
         # With ``registered_output`` each group of the word's bits is chosen by a copy of the
-        # lane of its own, so that one register does not spread over 32 16-way choices.
+        # lane of its own.
         next_lane = Mux(self.start, self.first, Mux(take, (delivered + 1)[:4], lane))
-        lanes = lane_copies(m, next_lane, lane, copies=_WORD_SELECT_COPIES, name="lane",
+        word = word_of_line(m, self.lines.payload, next_lane, lane, name="lane",
                             replicate=self._registered_output)
-        bits = 32 // _WORD_SELECT_COPIES
-        word = Signal(32)
-        for copy, select in enumerate(lanes):
-            group = slice(copy * bits, (copy + 1) * bits)
-            m.d.comb += word[group].eq(self.lines.payload.word_select(select, 32)[group])
         with m.If(~self.start):
             available = self.lines.valid & (delivered != words)
             if self._registered_output:

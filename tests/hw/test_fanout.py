@@ -12,7 +12,13 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from boards.toolchain import open_toolchain_available, open_toolchain_env
-from hw.fanout import KEEP_REPLICAS_SCRIPT, REPLICA_ATTRIBUTE, lane_copies, replicated_register
+from hw.fanout import (
+    KEEP_REPLICAS_SCRIPT,
+    REPLICA_ATTRIBUTE,
+    lane_copies,
+    replicated_register,
+    word_of_line,
+)
 
 COPIES = 4
 
@@ -55,6 +61,31 @@ def test_copies_are_named_marked_and_load_together():
         assert ctx.get(dut.y) == 0
 
     sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+
+
+@pytest.mark.parametrize("replicate", [False, True])
+def test_word_of_line_chooses_the_selected_word(replicate):
+    """Each word of a line, chosen by a select that moves every cycle (the copies follow the
+    select's next value, so they equal it in every cycle)."""
+    m = Module()
+    line, select, next_select = Signal(512), Signal(4), Signal(4)
+    m.d.sync += select.eq(next_select)
+    word = word_of_line(m, line, next_select, select, name="w", replicate=replicate)
+    words = [(0x1234_5678 * (k + 1) ^ (k << 28)) & 0xFFFF_FFFF for k in range(16)]
+    order = [3, 15, 0, 7, 7, 12, 1, 9]
+
+    async def testbench(ctx):
+        ctx.set(line, sum(w << (32 * k) for k, w in enumerate(words)))
+        for chosen in order:
+            ctx.set(next_select, chosen)
+            await ctx.tick()
+            assert ctx.get(select) == chosen
+            assert ctx.get(word) == words[chosen], chosen
+
+    sim = Simulator(m)
     sim.add_clock(1e-6)
     sim.add_testbench(testbench)
     sim.run()
