@@ -97,8 +97,9 @@ EMB_CLOCK_MHZ = 25.0
 #: ULX3S the FP lanes are folded by 2 (8 multiplier and 8 adder units, a line over two
 #: cycles): with a unit per lane the design fills 72% of the LUTs, and of its twelve builds
 #: since ``e2d0287``'s control registers two routed (46.3 and 39.5 MHz) and ten stopped
-#: converging; folded, it fills 62% and routes at seed 2 at 56.7 MHz (``5f31199``), the
-#: board design's best clock so far. ``--lane-fold 1`` builds a unit per lane.
+#: converging; folded, it fills 62% and routes at seed 2 at 56.7 MHz (``5f31199``) and, with
+#: the folded lanes' operands registered on entry, 62.9 MHz (``66bdaa1``), the board design's
+#: best clock so far. ``--lane-fold 1`` builds a unit per lane.
 EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": TWO_STAGE_ENGINE_PARAMS, "ulx3s-85f": {"lane_fold": 2}}
 
 #: nextpnr's seeds for the ``emb`` design per board, in the order they are tried, unless
