@@ -14,7 +14,6 @@ __all__ = ["MEAN_RECIPROCALS", "BagSequencer", "check_mean_reciprocal", "descrip
 
 LANES = 16
 
-
 #: How MEAN factors are computed: a pipelined divider (a descriptor per cycle) or a
 #: sequential one (a MEAN bag per :attr:`SequentialReciprocal.latency` cycles, far smaller).
 MEAN_RECIPROCALS = ("pipelined", "sequential")

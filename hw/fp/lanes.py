@@ -1,10 +1,10 @@
 """Several binary32 units side by side, sharing one valid and one pipeline."""
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Mux
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.fanout import REPLICA_ATTRIBUTE
+from hw.fanout import replicated_register
 
 from .add import FPAdd
 from .common import check_dsp, check_stages, delay
@@ -222,8 +222,6 @@ class FPLanes(wiring.Component):
 
 
 def _turn_copy(m, turn, *, name):
-    """``turn`` a cycle later, in a register of one unit's own (kept apart by the replica
-    attribute, so that Yosys does not merge the units' copies back into one wide net)."""
-    later_turn = Signal(name=name, attrs={REPLICA_ATTRIBUTE: 1})
-    m.d.sync += later_turn.eq(turn)
-    return later_turn
+    """``turn`` a cycle later, in a register of one unit's own (a replica, so that Yosys does
+    not merge the units' copies back into one wide net)."""
+    return replicated_register(m, turn, copies=1, name=name)[0]
