@@ -10,16 +10,16 @@ Sources that take lines slowly (a word stream uses a line per 16 cycles) can ins
 their entries in one *shared* buffer: a single 512-bit memory with a fixed region per source
 and one read port, from which each source's output register is refilled. The credits are the
 same, but the FIFOs of the word streams, each a 512-bit memory a few lines deep, become one
-memory (on an FPGA one set of block RAMs instead of one per source). A shared source
-delivers at most one line every third cycle.
+memory (on an FPGA one set of LUT RAM, read asynchronously at a registered address, instead
+of one per source). A shared source delivers at most one line every third cycle.
 """
 
 from amaranth.hdl import Cat, Module, Mux, ResetInserter, Shape, Signal
-from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.fanout import word_of_line
-from hw.mem.sliced_fifo import SlicedFIFO, check_slices
+from hw.mem.sliced_fifo import SlicedFIFO, check_slices, registered_sliced_memory
 from hw.params import check_bool
 from hw.skid import SkidBuffer
 
@@ -125,17 +125,22 @@ class ReadRouter(wiring.Component):
         shared = [(index, name, depth) for index, (name, depth) in enumerate(self._sources)
                   if name in self._shared]
         if shared:
-            buffer = m.submodules.shared_lines = memory.Memory(
-                shape=LINE_BITS, depth=sum(depth for _, _, depth in shared), init=[])
-            buffer_write = buffer.write_port()
-            # A region's slot is written only while free and read only while full, so a read
-            # never meets a write to its address.
-            buffer_read = buffer.read_port(transparent_for=())
             # A landed line is written a cycle later, from registers (its source counts it
-            # stored once written): the write address and enable reach every cell of the
+            # stored once written), and a refill's read address is a register too, read
+            # asynchronously: the addresses and the write enable reach every cell of the
             # 512-bit-wide LUT RAM, and in front of them were the response's handshake and
-            # the owner's choice (a ULX3S build's path into its write address).
-            m.d.sync += buffer_write.data.eq(self.r.payload.data)
+            # the refill's priority chain (a ULX3S build's paths into the write address and,
+            # 15.5 ns, through the read into the read port's data register). With line slices
+            # each slice has copies of its own. A region's slot is written only while free
+            # and read only while full, so a read never meets a write to its address.
+            buffer_write_enable = Signal()
+            buffer_write_address = Signal(range(sum(depth for _, _, depth in shared)))
+            buffer_read_address = Signal.like(buffer_write_address)
+            _, buffer_read_data = registered_sliced_memory(
+                m, width=LINE_BITS, depth=sum(depth for _, _, depth in shared),
+                slices=self._line_slices, write_enable=buffer_write_enable,
+                write_address=buffer_write_address, write_data=self.r.payload.data,
+                read_address=buffer_read_address, name="shared_lines")
 
         responses, levels, in_flight, used = [], [], [], []
         granted = Signal()  # an earlier (higher-priority) source took this cycle's slot
@@ -202,11 +207,13 @@ class ReadRouter(wiring.Component):
             m.d.sync += flying.eq(flying + issued[index] - landed[index])
 
         if shared:
-            m.d.sync += buffer_write.en.eq(Cat(*(landed[index] for index, _, _ in shared)).any())
+            m.d.comb += buffer_write_enable.eq(
+                Cat(*(landed[index] for index, _, _ in shared)).any())
         base = 0
         read_granted = Signal()
         for index, name, depth in shared:
-            refill = self._shared_source(m, buffer_write, buffer_read, base, depth,
+            refill = self._shared_source(m, buffer_write_address, buffer_read_address,
+                                         buffer_read_data, base, depth,
                                          landed[index], levels[index],
                                          getattr(self, f"{name}_response"), read_granted, name)
             m.d.sync += used[index].eq(used[index] + issued[index] - refill)
@@ -217,8 +224,8 @@ class ReadRouter(wiring.Component):
         return m
 
     @staticmethod
-    def _shared_source(m, write, read, base, depth, landed, stored, response, read_granted,
-                       name):
+    def _shared_source(m, write_address, read_address, read_data, base, depth, landed, stored,
+                       response, read_granted, name):
         """One shared source: a ring of ``depth`` slots from ``base`` in the buffer, and an
         output register refilled through the read port when no earlier source uses it (the
         read port is always enabled: only its address says whose line it reads). Returns the
@@ -235,18 +242,19 @@ class ReadRouter(wiring.Component):
         written = Signal(name=f"{name}_written")  # landed last cycle, written this one
         m.d.sync += written.eq(landed)
         with m.If(landed):
-            m.d.sync += [write.addr.eq(base + tail), tail.eq(advance(tail))]
+            m.d.comb += write_address.eq(base + tail)
+            m.d.sync += tail.eq(advance(tail))
         # Refill only an empty register: not one being taken, which would put the consumer's
         # ready in front of the read address (the update engine's longest path on ECP5). A
         # source then delivers a line every third cycle, plenty for a word stream.
         refill = Signal(name=f"{name}_refill")
         m.d.comb += refill.eq((stored != 0) & ~loading & ~out_valid & ~read_granted)
         with m.If(refill):
-            m.d.comb += read.addr.eq(base + head)
+            m.d.comb += read_address.eq(base + head)
             m.d.sync += head.eq(advance(head))
         m.d.sync += [stored.eq(stored + written - refill), loading.eq(refill)]
         with m.If(loading):
-            m.d.sync += [out_data.eq(read.data), out_valid.eq(1)]
+            m.d.sync += [out_data.eq(read_data), out_valid.eq(1)]
         with m.Elif(out_valid & response.ready):
             m.d.sync += out_valid.eq(0)
         m.d.comb += [response.valid.eq(out_valid), response.payload.eq(out_data)]
@@ -342,8 +350,14 @@ class WordReader(wiring.Component):
             line_address_width=len(self.request.payload),
             registered_request=self._registered_output)
         wiring.connect(m, requester.request, wiring.flipped(self.request))
-        words = Signal(33)       # the end: ``first + words``, counted from the line's word 0
-        delivered = Signal(33)
+        # Words still to deliver, and whether that is none or one, kept in registers: the
+        # decisions on a word (its availability, its line's release, the lane copies behind
+        # them) then start from flip-flops, not from 33-bit comparisons of a position with
+        # the end (a ULX3S build's paths into the lane copies, 15.3 ns).
+        left = Signal(32)
+        none_left = Signal(init=1)
+        one_left = Signal()
+        lane = Signal(4)  # the word's position in its line
 
         m.d.comb += [
             requester.start.eq(self.start),
@@ -354,18 +368,19 @@ class WordReader(wiring.Component):
         ]
         with m.If(self.start):
             m.d.sync += [
-                words.eq(self.words + self.first),
-                delivered.eq(self.first),
+                left.eq(self.words),
+                none_left.eq(self.words == 0),
+                one_left.eq(self.words == 1),
+                lane.eq(self.first),
             ]
-        take = Signal()  # the word at ``delivered`` leaves its line this cycle
-        lane = delivered[:4]
+        take = Signal()  # the word at ``lane`` leaves its line this cycle
         # With ``registered_output`` each group of the word's bits is chosen by a copy of the
         # lane of its own.
-        next_lane = Mux(self.start, self.first, Mux(take, (delivered + 1)[:4], lane))
+        next_lane = Mux(self.start, self.first, Mux(take, (lane + 1)[:4], lane))
         word = word_of_line(m, self.lines.payload, next_lane, lane, name="lane",
                             replicate=self._registered_output)
         with m.If(~self.start):
-            available = self.lines.valid & (delivered != words)
+            available = self.lines.valid & ~none_left
             if self._registered_output:
                 # The consumer's decision on a word (a comparison that drives its ready) then
                 # starts from flip-flops, not from a 16-way word choice behind the counter,
@@ -379,7 +394,12 @@ class WordReader(wiring.Component):
                 m.d.comb += [self.o.valid.eq(available), self.o.payload.eq(word),
                              take.eq(available & self.o.ready)]
             with m.If(take):
-                m.d.sync += delivered.eq(delivered + 1)
-                last_of_line = (lane == _WORDS_PER_LINE - 1) | (delivered + 1 == words)
+                m.d.sync += [
+                    left.eq(left - 1),
+                    none_left.eq(one_left),
+                    one_left.eq(left == 2),
+                    lane.eq(lane + 1),
+                ]
+                last_of_line = (lane == _WORDS_PER_LINE - 1) | one_left
                 m.d.comb += self.lines.ready.eq(last_of_line)
         return m
