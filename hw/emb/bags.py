@@ -57,7 +57,8 @@ class BagSequencer(wiring.Component):
     queue (or divider) behind it, and each group of the word's bits is chosen by a copy of the
     select of its own; and whether an entry is validated, and the walk's last, come from
     registers. It costs a cycle of latency (and one more where the walk waits for the
-    validator), not throughput.
+    validator), not throughput. The sequential divider then finds a length's highest bit a
+    cycle before shifting by it (a cycle more per MEAN bag).
 
     ``reciprocal_steps_per_cycle`` (a divisor of 24, default 2) is how many quotient bits the
     sequential divider finds a cycle: 1 puts one 25-bit compare-and-subtract between its
@@ -92,7 +93,9 @@ class BagSequencer(wiring.Component):
             self._fifo_depth = (fifo_depth
                                 or self._reciprocal.latency + 4 + self._registered_descriptor)
         else:
-            self._reciprocal = SequentialReciprocal(steps_per_cycle=reciprocal_steps_per_cycle)
+            self._reciprocal = SequentialReciprocal(
+                steps_per_cycle=reciprocal_steps_per_cycle,
+                registered_leading=self._registered_descriptor)
             # Descriptors wait only for the gather issuer here, not for a pipeline.
             self._fifo_depth = fifo_depth or 4
         super().__init__({

@@ -10,6 +10,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.params import check_bool
+
 __all__ = ["Reciprocal", "reciprocal_bits"]
 
 _INFINITY = 0x7F80_0000
@@ -58,6 +60,9 @@ class Reciprocal(wiring.Component):
     steps_per_cycle : int
         Quotient bits produced per cycle (a divisor of 24). More is faster and has a longer
         combinational path (one 25-bit compare-and-subtract per step).
+    registered_leading : bool
+        Find the length's highest set bit a cycle before shifting by it (one cycle more per
+        result): the 32-bit search and the 32-bit shift are then not one path.
 
     Members
     -------
@@ -72,12 +77,13 @@ class Reciprocal(wiring.Component):
         If ``steps_per_cycle`` does not divide 24.
     """
 
-    def __init__(self, *, steps_per_cycle=2):
+    def __init__(self, *, steps_per_cycle=2, registered_leading=False):
         if (not isinstance(steps_per_cycle, int) or isinstance(steps_per_cycle, bool)
                 or steps_per_cycle < 1 or _QUOTIENT_BITS % steps_per_cycle):
             raise ValueError(
                 f"Steps per cycle must be a divisor of 24, not {steps_per_cycle!r}")
         self._steps = steps_per_cycle
+        self._registered_leading = check_bool("Registered leading", registered_leading)
         super().__init__({
             "i": In(stream.Signature(32)),
             "o": Out(stream.Signature(32)),
@@ -90,7 +96,7 @@ class Reciprocal(wiring.Component):
     @property
     def latency(self):
         """Most cycles from accepting ``L`` to ``o.valid`` (powers of two skip the division)."""
-        return 3 + _QUOTIENT_BITS // self._steps
+        return 3 + self._registered_leading + _QUOTIENT_BITS // self._steps
 
     def elaborate(self, platform):
         m = Module()
@@ -108,6 +114,10 @@ class Reciprocal(wiring.Component):
         for bit in range(32):  # later assignments take priority: the highest bit wins
             with m.If(length[bit]):
                 m.d.comb += leading.eq(bit)
+        if self._registered_leading:
+            leading_found = Signal.like(leading)
+            m.d.sync += leading_found.eq(leading)
+            leading = leading_found
         shift = Signal(range(32))
         m.d.comb += shift.eq(31 - leading)
 
@@ -116,6 +126,10 @@ class Reciprocal(wiring.Component):
                 m.d.comb += self.i.ready.eq(1)
                 with m.If(self.i.valid):
                     m.d.sync += length.eq(self.i.payload)
+                    m.next = "Locate" if self._registered_leading else "Normalize"
+
+            if self._registered_leading:
+                with m.State("Locate"):  # (the highest set bit into its register)
                     m.next = "Normalize"
 
             with m.State("Normalize"):

@@ -174,9 +174,11 @@ class OccurrenceWalker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         # One quotient bit a cycle with registered checks: two compare-and-subtracts in a
-        # cycle were the next path (12 cycles more per MEAN bag).
+        # cycle were the next path (12 cycles more per MEAN bag); and the length's highest
+        # bit found a cycle before the shift by it (one more).
         reciprocal = m.submodules.reciprocal = Reciprocal(
-            steps_per_cycle=self.reciprocal_steps_per_cycle)
+            steps_per_cycle=self.reciprocal_steps_per_cycle,
+            registered_leading=self._registered_checks)
 
         mode = Signal(WalkMode)
         update = Signal()

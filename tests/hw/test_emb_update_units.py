@@ -51,9 +51,10 @@ def test_reciprocal_of_zero_is_infinity():
     assert reciprocal_bits(0) == 0x7F80_0000
 
 
-@pytest.mark.parametrize("steps", [1, 2, 3])
-def test_reciprocal_hardware(steps):
-    dut = Reciprocal(steps_per_cycle=steps)
+@pytest.mark.parametrize(("steps", "registered_leading"),
+                         [(1, False), (2, False), (3, False), (1, True)])
+def test_reciprocal_hardware(steps, registered_leading):
+    dut = Reciprocal(steps_per_cycle=steps, registered_leading=registered_leading)
     draw = random.Random(steps)
     lengths = [1, 2, 3, 5, 7, 10, 80, 120, 255, 1000, 2**24 + 1, 0xFFFF_FFFF, 0,
                *(draw.randrange(1, 2**12) for _ in range(15)),
@@ -71,6 +72,8 @@ def test_reciprocal_hardware(steps):
                 await ctx.tick()
                 cycles += 1
             assert cycles <= dut.latency
+            if 0 < length < 2**24 and length & (length - 1):  # not a power of two: divided
+                assert cycles == dut.latency
             assert ctx.get(dut.o.payload) == reciprocal_bits(length), length
             await ctx.tick()
             ctx.set(dut.o.ready, 0)
@@ -82,6 +85,11 @@ def test_reciprocal_hardware(steps):
 def test_reciprocal_rejects_bad_steps(steps):
     with pytest.raises(ValueError, match=r"^Steps per cycle must be a divisor of 24, not "):
         Reciprocal(steps_per_cycle=steps)
+
+
+def test_reciprocal_rejects_a_non_bool_registered_leading():
+    with pytest.raises(TypeError, match=r"^Registered leading must be True or False, not 1$"):
+        Reciprocal(registered_leading=1)
 
 
 # ---------------------------------------------------------------------------- unique rows
