@@ -181,7 +181,7 @@ class UpdateEngine(wiring.Component):
         (a cycle more per command); the walker hands its occurrences to the gradient fetch
         through a skid buffer (:class:`hw.skid.SkidBuffer`: a cycle of latency, no loss of
         rate); the walkers' and the command checker's checks compare registers
-        (``OccurrenceWalker(registered_checks=)``: 12 cycles more per MEAN bag and a cycle
+        (``OccurrenceWalker(registered_checks=)``: 13 cycles more per MEAN bag and a cycle
         per walk; ``CommandChecker(registered_region_checks=)``: a cycle per extent checked).
         Results are the same. Default False.
     lane_fold : int
