@@ -508,8 +508,12 @@ class UpdateEngine(wiring.Component):
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), datapath.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)
+        # With fpga_pipelining and folded lanes the write beats leave from registers: the
+        # apply writes a line every `lane_fold` cycles at most, the queue passes one every
+        # second cycle.
         writes = per_command("writes", WriteQueue(
-            line_address_width=line_address_width, max_outstanding=_MAX_OUTSTANDING_WRITES))
+            line_address_width=line_address_width, max_outstanding=_MAX_OUTSTANDING_WRITES,
+            registered_beats=self._fpga_pipelining and self._lane_fold > 1))
         # The fast index check reads the index lines through the rows' source: rows are
         # read only in a chunk's apply, after the validation.
         index_validator = per_command("index_validator", IndexValidator(

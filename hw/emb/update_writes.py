@@ -4,9 +4,11 @@ A write counts as done (persistent, DESIGN.md section 4) only when its B respons
 back; the engine waits for ``idle`` before it reads rows again or reports completion.
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+
+from hw.params import check_bool
 
 from .update_reads import LINE_BITS
 
@@ -26,6 +28,13 @@ class WriteQueue(wiring.Component):
         Width of a line address.
     max_outstanding : int
         Most writes without a B response; AW waits beyond that.
+    registered_beats : bool
+        Move each entry into AW and W registers of its own, taken only while both are empty,
+        and offer the beats from there: ``i.ready`` then comes from flip-flops and ``stop``,
+        not from the memory's ``awready`` and ``wready`` behind the beats' ``valid`` (on
+        an ECP5 that chain went on into the line FIFO's read-address copies in front of
+        ``i``). An entry passes every second cycle at most, the rate of FP lanes folded by
+        two; one taken into the registers before ``stop`` is completed.
 
     Members
     -------
@@ -45,11 +54,12 @@ class WriteQueue(wiring.Component):
         A completion this cycle carries SLVERR/DECERR.
     """
 
-    def __init__(self, *, line_address_width, max_outstanding=64):
+    def __init__(self, *, line_address_width, max_outstanding=64, registered_beats=False):
         if not isinstance(max_outstanding, int) or max_outstanding < 1:
             raise ValueError(
                 f"Outstanding write limit must be a positive integer, not {max_outstanding!r}")
         self._max_outstanding = max_outstanding
+        self._registered_beats = check_bool("Registered beats", registered_beats)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "address": line_address_width, "data": LINE_BITS}))),
@@ -64,14 +74,63 @@ class WriteQueue(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        outstanding = Signal(range(self._max_outstanding + 1))
+        room = outstanding != self._max_outstanding
+        if self._registered_beats:
+            held = self._registered(m, room)
+        else:
+            held = self._offered_from_input(m, room)
+        address_fire = self.aw.valid & self.aw.ready
+
+        completion = self.b.valid  # always ready
+        m.d.comb += [
+            self.b.ready.eq(1),
+            self.error.eq(completion & (self.b.payload != 0)),
+            self.outstanding.eq(outstanding),
+            self.idle.eq(~self.i.valid & ~held & (outstanding == 0)),
+        ]
+        m.d.sync += outstanding.eq(outstanding + address_fire - completion)
+        return m
+
+    def _registered(self, m, room):
+        """``registered_beats``: the beats leave from registers; returns "an entry is held
+        there"."""
+        address_full = Signal()
+        data_full = Signal()
+        address = Signal.like(self.aw.payload, reset_less=True)
+        line = Signal.like(self.w.payload, reset_less=True)
+        empty = ~address_full & ~data_full
+        # The registers load whenever empty, not only as an entry is taken: their enable
+        # then starts at the flip-flops.
+        with m.If(empty):
+            m.d.sync += [address.eq(self.i.payload.address), line.eq(self.i.payload.data)]
+        m.d.comb += [
+            # Dropped after `stop`, taken while both registers are empty.
+            self.i.ready.eq(self.i.valid & (empty | self.stop)),
+            self.aw.valid.eq(address_full & room),
+            self.aw.payload.eq(address),
+            self.w.valid.eq(data_full),
+            self.w.payload.eq(line),
+        ]
+        with m.If(self.i.valid & empty & ~self.stop):
+            m.d.sync += [address_full.eq(1), data_full.eq(1)]
+        with m.Else():
+            with m.If(self.aw.valid & self.aw.ready):
+                m.d.sync += address_full.eq(0)
+            with m.If(self.w.valid & self.w.ready):
+                m.d.sync += data_full.eq(0)
+        return ~empty
+
+    def _offered_from_input(self, m, room):
+        """The beats are offered straight from ``i``; returns "an entry is held" (never:
+        ``i`` holds it)."""
         address_sent = Signal()
         data_sent = Signal()
         offered = Signal()  # valid has been raised for the head entry: it must complete
-        outstanding = Signal(range(self._max_outstanding + 1))
 
         live = self.i.valid & (offered | ~self.stop)
         m.d.comb += [
-            self.aw.valid.eq(live & ~address_sent & (outstanding != self._max_outstanding)),
+            self.aw.valid.eq(live & ~address_sent & room),
             self.aw.payload.eq(self.i.payload.address),
             self.w.valid.eq(live & ~data_sent),
             self.w.payload.eq(self.i.payload.data),
@@ -91,13 +150,4 @@ class WriteQueue(wiring.Component):
                 m.d.sync += data_sent.eq(1)
             with m.If(self.aw.valid | self.w.valid):
                 m.d.sync += offered.eq(1)
-
-        completion = self.b.valid  # always ready
-        m.d.comb += [
-            self.b.ready.eq(1),
-            self.error.eq(completion & (self.b.payload != 0)),
-            self.outstanding.eq(outstanding),
-            self.idle.eq(~self.i.valid & (outstanding == 0)),
-        ]
-        m.d.sync += outstanding.eq(outstanding + address_fire - completion)
-        return m
+        return Const(0)

@@ -517,8 +517,9 @@ def test_router_rejects_shallow_fifos():
 # ---------------------------------------------------------------------------- writes
 
 
-def test_write_queue_orders_channels_and_counts_completions():
-    dut = WriteQueue(line_address_width=16, max_outstanding=3)
+@pytest.mark.parametrize("registered_beats", [False, True], ids=["from-input", "registered"])
+def test_write_queue_orders_channels_and_counts_completions(registered_beats):
+    dut = WriteQueue(line_address_width=16, max_outstanding=3, registered_beats=registered_beats)
     draw = random.Random(4)
     entries = [(address, address * 3 + 1) for address in range(20)]
     seen_aw, seen_w = [], []
@@ -556,8 +557,9 @@ def test_write_queue_orders_channels_and_counts_completions():
     simulate(dut, producer, checker, processes=(memory,), deadline=5_000)
 
 
-def test_write_queue_drops_unoffered_writes_after_stop():
-    dut = WriteQueue(line_address_width=16)
+@pytest.mark.parametrize("registered_beats", [False, True], ids=["from-input", "registered"])
+def test_write_queue_drops_unoffered_writes_after_stop(registered_beats):
+    dut = WriteQueue(line_address_width=16, registered_beats=registered_beats)
 
     async def testbench(ctx):
         ctx.set(dut.stop, 1)
@@ -571,6 +573,59 @@ def test_write_queue_drops_unoffered_writes_after_stop():
             assert taken and not aw_valid and not w_valid
 
     simulate(dut, testbench, deadline=100)
+
+
+def test_write_queue_registered_beats_complete_a_taken_entry_and_pass_one_per_two_cycles():
+    dut = WriteQueue(line_address_width=16, registered_beats=True)
+
+    async def testbench(ctx):
+        # An entry in the registers is not idle, with nothing in `i` and nothing outstanding.
+        ctx.set(dut.i.valid, 1)
+        _, _, taken = await ctx.tick().sample(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+        _, _, idle, outstanding = await ctx.tick().sample(dut.idle, dut.outstanding)
+        assert taken and not idle and outstanding == 0
+        ctx.set(dut.aw.ready, 1)
+        ctx.set(dut.w.ready, 1)
+        await ctx.tick()
+        ctx.set(dut.i.valid, 1)
+        beats = []
+        for cycle in range(8):
+            ctx.set(dut.i.payload.address, 100 + cycle)
+            _, _, taken, aw_valid, aw, w_valid = await ctx.tick().sample(
+                dut.i.ready, dut.aw.valid, dut.aw.payload, dut.w.valid)
+            assert taken == (cycle % 2 == 0), cycle  # the registers empty every second cycle
+            assert aw_valid == w_valid == (cycle % 2 == 1), cycle
+            if aw_valid:
+                beats.append(aw)
+        assert beats == [100, 102, 104, 106]
+        # An entry taken before `stop` still leaves; the next one is dropped.
+        ctx.set(dut.aw.ready, 0)
+        ctx.set(dut.w.ready, 0)
+        ctx.set(dut.i.payload.address, 200)
+        await ctx.tick()
+        ctx.set(dut.stop, 1)
+        ctx.set(dut.i.payload.address, 201)
+        for _ in range(3):
+            _, _, taken, aw_valid, aw, idle = await ctx.tick().sample(
+                dut.i.ready, dut.aw.valid, dut.aw.payload, dut.idle)
+            assert taken and aw_valid and aw == 200 and not idle
+        ctx.set(dut.i.valid, 0)
+        ctx.set(dut.aw.ready, 1)
+        ctx.set(dut.w.ready, 1)
+        await ctx.tick()
+        ctx.set(dut.aw.ready, 0)
+        ctx.set(dut.w.ready, 0)
+        _, _, aw_valid, w_valid, outstanding = await ctx.tick().sample(
+            dut.aw.valid, dut.w.valid, dut.outstanding)
+        assert not aw_valid and not w_valid and outstanding == 6  # (no B came back)
+
+    simulate(dut, testbench, deadline=100)
+
+
+def test_write_queue_rejects_a_non_bool_registered_beats():
+    with pytest.raises(TypeError, match=r"^Registered beats must be True or False, not 1$"):
+        WriteQueue(line_address_width=16, registered_beats=1)
 
 
 def test_datapath_without_corrections_has_no_correction_ports():
