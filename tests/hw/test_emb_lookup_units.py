@@ -189,6 +189,41 @@ def test_line_stream_respects_its_window_and_lands_in_order(pointer_copies, regi
     assert got == [(100 + k) * 7 for k in range(count)]
 
 
+@pytest.mark.parametrize("pointer_copies", [1, 4])
+@pytest.mark.parametrize("taken", [1, 2, 3])
+@pytest.mark.parametrize("stalled", [0, 1, 2])
+def test_line_prefetch_restarts_while_a_line_lands(pointer_copies, taken, stalled):
+    """A restart while slots are full and a read is in flight drops them: the lines after
+    it come from the new first line, whichever slot the old stream had reached."""
+    prefetch = LinePrefetch(line_width=32, pointer_copies=pointer_copies)
+
+    async def window(ctx):  # a read port: the line at `addr`, a cycle later
+        async for _, _, address in ctx.tick().sample(prefetch.addr):
+            ctx.set(prefetch.data, address * 7)
+
+    async def bench(ctx):
+        got = []
+        ctx.set(prefetch.limit, 100)
+        for first, lines in ((0, taken), (40, 6)):
+            ctx.set(prefetch.first, first)
+            ctx.set(prefetch.restart, 1)
+            await ctx.tick()
+            ctx.set(prefetch.restart, 0)
+            ctx.set(prefetch.lines.ready, 1)
+            wanted = len(got) + lines
+            while len(got) < wanted:
+                _, _, valid, line = await ctx.tick().sample(prefetch.lines.valid,
+                                                            prefetch.lines.payload)
+                if valid:
+                    got.append(line)
+            ctx.set(prefetch.lines.ready, 0)
+            for _ in range(stalled):  # (lines land while none is taken)
+                await ctx.tick()
+        assert got == [7 * k for k in range(taken)] + [7 * (40 + k) for k in range(6)]
+
+    simulate(prefetch, bench, processes=(window,), deadline=500)
+
+
 @pytest.mark.parametrize("registered_fetch", [False, True])
 def test_line_stream_reads_a_line_per_cycle_and_stops_at_its_count(registered_fetch):
     """With room to spare the window asks for a line every cycle from the cycle after
