@@ -178,9 +178,9 @@ class UpdateEngine(wiring.Component):
         multiplier's operands pass a register of their own (a cycle more of latency), and the
         gradient buffer has a read port per reader (``UpdateDatapath(read_port_per_use=)``),
         and the per-command reset comes from a flip-flop, a cycle after a command is accepted
-        (a cycle more per command); the walker hands its occurrences to the gradient fetch
-        through a skid buffer (:class:`hw.skid.SkidBuffer`: a cycle of latency, no loss of
-        rate); the walkers' and the command checker's checks compare registers
+        (a cycle more per command); the walker hands its occurrences to the gradient fetch,
+        and the unique rows theirs to the accumulation, through skid buffers
+        (:class:`hw.skid.SkidBuffer`: a cycle of latency each, no loss of rate); the walkers' and the command checker's checks compare registers
         (``OccurrenceWalker(registered_checks=)``: 13 cycles more per MEAN bag and a cycle
         per walk; ``CommandChecker(registered_region_checks=)``: a cycle per extent checked).
         Results are the same. Default False.
@@ -683,14 +683,21 @@ class UpdateEngine(wiring.Component):
             unique.i.valid.eq(waiting.r_rdy),
             waiting.r_en.eq(unique.i.ready),
         ]
-        occurrence = unique.o.payload
+        # With fpga_pipelining through a skid buffer: the accumulation's decision to take an
+        # occurrence (its hazard checks against the lines in the multiplier and adder) then
+        # stops there, not at the unique rows' registers and the queue behind them (a ULX3S
+        # build's update paths, 18 ns).
+        # (`accumulate_idle` covers what waits there: the buffer's output is valid whenever
+        # it holds one.)
+        accumulations, _ = skidded("accumulations", unique.o)
+        occurrence = accumulations.payload
         m.d.comb += [
-            datapath.accumulate.valid.eq(unique.o.valid),
+            datapath.accumulate.valid.eq(accumulations.valid),
             datapath.accumulate.payload.slot.eq(occurrence.slot),
             datapath.accumulate.payload.fresh.eq(occurrence.fresh),
             datapath.accumulate.payload.scale.eq(occurrence.data.scale),
             datapath.accumulate.payload.lines.eq(occurrence.data.lines),
-            unique.o.ready.eq(datapath.accumulate.ready),
+            accumulations.ready.eq(datapath.accumulate.ready),
         ]
         wiring.connect(m, router.gradient_response, datapath.gradient)
 
