@@ -189,6 +189,9 @@ class EngineUnderTest(wiring.Component):
 
         # Memory port: the engine's while a command runs, the sequencer's otherwise. Data and
         # addresses of the write channels and R/B data fan out unmuxed; only handshakes switch.
+        # Who owns it is a flip-flop of its own (in state Command), not the state's decode: it
+        # gates every handshake the engine sees (a ULX3S build's path from the sequencer's
+        # state through the memory's `bvalid` into the update engine's state, 18.5 ns).
         engine_owns = Signal()
         m.d.comb += [
             slave.arid.eq(Mux(engine_owns, bus.arid, 0)),
@@ -238,7 +241,8 @@ class EngineUnderTest(wiring.Component):
                             m.d.sync += [tables.eq(config.tables), regions.eq(config.regions),
                                          lr.eq(config.lr)]
                         with m.Case(Step.COMMAND):
-                            m.d.sync += [command.eq(step.arg.command), command_valid.eq(1)]
+                            m.d.sync += [command.eq(step.arg.command), command_valid.eq(1),
+                                         engine_owns.eq(1)]
                             m.next = "Command"
                         with m.Case(Step.READ):
                             m.d.sync += [ar_valid.eq(1), ar_line.eq(step.arg.read.line),
@@ -246,7 +250,6 @@ class EngineUnderTest(wiring.Component):
                             m.next = "Read"
             with m.State("Command"):
                 m.d.comb += [
-                    engine_owns.eq(1),
                     out.valid.eq(engine.done.valid),
                     out.payload.eq(engine.done.payload.as_value()),
                     engine.done.ready.eq(out.ready),
@@ -255,6 +258,7 @@ class EngineUnderTest(wiring.Component):
                 with m.If(engine.cmd.ready):
                     m.d.sync += command_valid.eq(0)
                 with m.If(engine.done.valid & out.ready):
+                    m.d.sync += engine_owns.eq(0)
                     m.next = "Idle"
             with m.State("Read"):
                 with m.If(slave.arready):
