@@ -180,7 +180,8 @@ class UpdateEngine(wiring.Component):
         and the per-command reset comes from a flip-flop, a cycle after a command is accepted
         (a cycle more per command); the walker hands its occurrences to the gradient fetch,
         and the unique rows theirs to the accumulation, through skid buffers
-        (:class:`hw.skid.SkidBuffer`: a cycle of latency each, no loss of rate); the walkers' and the command checker's checks compare registers
+        (:class:`hw.skid.SkidBuffer`: a cycle of latency each, no loss of rate); the
+        walkers' and the command checker's checks compare registers
         (``OccurrenceWalker(registered_checks=)``: 13 cycles more per MEAN bag and a cycle
         per walk; ``CommandChecker(registered_region_checks=)``: a cycle per extent checked).
         Results are the same. Default False.
