@@ -97,9 +97,10 @@ EMB_CLOCK_MHZ = 25.0
 #: ULX3S the FP lanes are folded by 2 (8 multiplier and 8 adder units, a line over two
 #: cycles): with a unit per lane the design fills 72% of the LUTs, and of its twelve builds
 #: since ``e2d0287``'s control registers two routed (46.3 and 39.5 MHz) and ten stopped
-#: converging; folded, it fills 62% and routes at seed 2 at 56.7 MHz (``5f31199``) and, with
-#: the folded lanes' operands registered on entry, 62.9 MHz (``66bdaa1``), the board design's
-#: best clock so far. ``--lane-fold 1`` builds a unit per lane.
+#: converging; folded, it fills 62% and routes at seed 2 at 56.7 MHz (``5f31199``), with
+#: the folded lanes' operands registered on entry at 62.9 MHz (``66bdaa1``) and with the
+#: registered read addresses and state flags of ``37501c3``..``4564cbd`` at seed 1 at
+#: 63.9 MHz, the board design's best clock so far. ``--lane-fold 1`` builds a unit per lane.
 EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": TWO_STAGE_ENGINE_PARAMS, "ulx3s-85f": {"lane_fold": 2}}
 
 #: nextpnr's seeds for the ``emb`` design per board, in the order they are tried, unless
@@ -111,9 +112,10 @@ EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": TWO_STAGE_ENGINE_PARAMS, "ulx3s-85f": {"
 #: lanes folded by 2 (``1013d51``) seed 1 routed by iteration 111 (50.53 MHz, 18 min) and
 #: seed 2 was stopped (269 overused wires at iteration 41, 791 at 63). With the registers
 #: and FP stages of ``516d4ac``..``5f31199`` it turned: seed 2 routed (56.68 MHz, 26 min)
-#: and seed 1 was stopped (33 overused wires at iteration 94, 579 at 156), so seed 2 comes
-#: first.
-EMB_BOARD_NEXTPNR_SEEDS = {"ulx3s-85f": (2, 1, 3)}
+#: and seed 1 was stopped (33 overused wires at iteration 94, 579 at 156), so seed 2 came
+#: first. Since ``4564cbd`` both route and seed 1 closes faster (63.89 against 58.41 MHz
+#: there, 62.79 against 54.49 at ``1309391``), so seed 1 comes first again.
+EMB_BOARD_NEXTPNR_SEEDS = {"ulx3s-85f": (1, 2, 3)}
 
 _SEED_OPTIONS = ("--seed", "-r", "--randomize-seed")
 

@@ -144,9 +144,9 @@ def test_emb_engine_option_names_the_dut_engines(tmp_path, capsys):
     assert summary["design"] == "emb" and summary["engine"] == "lookup"
     # The emb design's nextpnr options (boards.synth._BUILD_OPTIONS) and the ULX3S's seed
     # (the first of EMB_BOARD_NEXTPNR_SEEDS): it routes with them.
-    assert ("--placer static --router router2 --seed 2 --log"
+    assert ("--placer static --router router2 --seed 1 --log"
             in (board_dir / "build_top.sh").read_text())
-    assert summary["nextpnr_extra"] == ["--seed", "2"]
+    assert summary["nextpnr_extra"] == ["--seed", "1"]
     # The lookup engine is the device's engine itself, and its check the only one.
     modules = rtlil_modules(board_dir)
     assert "\\top.bist.self_test.dut_0.engine.pooler" in modules
@@ -157,11 +157,11 @@ def test_emb_engine_option_names_the_dut_engines(tmp_path, capsys):
 
 
 def test_emb_design_takes_the_boards_nextpnr_seeds_unless_told_one():
-    assert synth.EMB_BOARD_NEXTPNR_SEEDS == {"ulx3s-85f": (2, 1, 3)}
+    assert synth.EMB_BOARD_NEXTPNR_SEEDS == {"ulx3s-85f": (1, 2, 3)}
     assert synth.nextpnr_attempts("ulx3s-85f", "emb", []) == [
-        ["--seed", "2"], ["--seed", "1"], ["--seed", "3"]]
+        ["--seed", "1"], ["--seed", "2"], ["--seed", "3"]]
     assert (synth.nextpnr_attempts("ulx3s-85f", "emb", ["--tmg-ripup"])[0]
-            == ["--seed", "2", "--tmg-ripup"])
+            == ["--seed", "1", "--tmg-ripup"])
     for chosen in (["--seed", "2"], ["--seed=2"], ["-r"], ["--randomize-seed"],
                    ["--tmg-ripup", "--seed", "0"]):
         assert synth.nextpnr_attempts("ulx3s-85f", "emb", chosen) == [chosen]
@@ -195,16 +195,16 @@ def test_emb_build_tries_the_next_seed_when_router2_diverges(tmp_path, monkeypat
     builds = _fake_builds(monkeypatch, lambda extra: extra[:2] == ["--seed", "3"])
     argv = ["--board", "ulx3s-85f", "--engine", "update", "--out", str(tmp_path)]
     assert synth.main(argv) == 0
-    assert builds == [(["--seed", "2"], True), (["--seed", "1"], True), (["--seed", "3"], True)]
+    assert builds == [(["--seed", "1"], True), (["--seed", "2"], True), (["--seed", "3"], True)]
     out, err = capsys.readouterr()
-    assert "against 600 at iteration 1; building again with nextpnr --seed 1" in err
+    assert "against 600 at iteration 1; building again with nextpnr --seed 2" in err
     assert "Fmax clk: 45.00 MHz" in out
     # (The fake writes no summary.json; the facts it was given are the summary's.)
 
     # Every seed diverges: the error names the seed to try next.
     builds = _fake_builds(monkeypatch, lambda extra: False)
     assert synth.main(argv) == 1
-    assert [extra for extra, _ in builds] == [["--seed", "2"], ["--seed", "1"], ["--seed", "3"]]
+    assert [extra for extra, _ in builds] == [["--seed", "1"], ["--seed", "2"], ["--seed", "3"]]
     assert 'the build was stopped' in (err := capsys.readouterr().err) and '"--seed 4"' in err
 
     # A seed of the user's, or --keep-routing, is one build.
@@ -213,12 +213,12 @@ def test_emb_build_tries_the_next_seed_when_router2_diverges(tmp_path, monkeypat
     assert builds == [(["--seed", "7"], True)] and '"--seed 8"' in capsys.readouterr().err
     builds = _fake_builds(monkeypatch, lambda extra: True)
     assert synth.main([*argv, "--keep-routing"]) == 0
-    assert builds == [(["--seed", "2"], False)]
+    assert builds == [(["--seed", "1"], False)]
 
 
 def test_the_stopped_seeds_are_in_the_summary_facts(tmp_path, monkeypatch):
     facts = []
-    builds = _fake_builds(monkeypatch, lambda extra: extra[:2] == ["--seed", "1"])
+    builds = _fake_builds(monkeypatch, lambda extra: extra[:2] == ["--seed", "2"])
     original = synth.run_ecp5_build
 
     def recording(*args, extra_summary, **kwargs):
@@ -228,11 +228,11 @@ def test_the_stopped_seeds_are_in_the_summary_facts(tmp_path, monkeypatch):
     monkeypatch.setattr(synth, "run_ecp5_build", recording)
     assert synth.main(["--board", "ulx3s-85f", "--out", str(tmp_path)]) == 0
     assert len(builds) == 2
-    assert "diverged" not in facts[0] and facts[0]["nextpnr_extra"] == ["--seed", "2"]
+    assert "diverged" not in facts[0] and facts[0]["nextpnr_extra"] == ["--seed", "1"]
     (stopped,) = facts[1]["diverged"]
-    assert stopped["nextpnr_extra"] == ["--seed", "2"]
+    assert stopped["nextpnr_extra"] == ["--seed", "1"]
     assert stopped["stopped"].startswith("router2 is not converging: 2,000 overused wires")
-    assert facts[1]["nextpnr_extra"] == ["--seed", "1"]
+    assert facts[1]["nextpnr_extra"] == ["--seed", "2"]
 
 
 def test_emb_engine_parameters_follow_the_board(tmp_path):
