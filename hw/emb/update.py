@@ -76,7 +76,7 @@ from .update_datapath import UpdateDatapath
 from .update_fetch import GradientFetch, RowFetch, chunk_occurrence_layout
 from .update_reads import LineRequester, ReadRouter, WordReader
 from .update_rows import UniqueRows
-from .update_walker import OccurrenceWalker, WalkMode
+from .update_walker import OccurrenceWalker, WalkMode, error_layout
 from .update_writes import WriteQueue
 from .validate import IndexValidator
 
@@ -536,8 +536,9 @@ class UpdateEngine(wiring.Component):
 
         def walk_of(readers, walker, command, row_lines, use_weights, prefix="", span=None):
             """Word streams (offsets, indices, weights) of ``command`` into ``walker``, through
-            the router's ``{prefix}{name}`` sources; returns ``start(mode)``. With ``span``
-            (a :func:`walk_span_layout` signal), an UPDATE walk covers only its tables."""
+            the router's ``{prefix}{name}`` sources; returns ``start(mode)`` and the walk's
+            status. With ``span`` (a :func:`walk_span_layout` signal), an UPDATE walk covers
+            only its tables."""
             for name, reader in readers.items():
                 wiring.connect(m, reader.request, getattr(router, f"{prefix}{name}_request"))
                 wiring.connect(m, getattr(router, f"{prefix}{name}_response"), reader.lines)
@@ -587,18 +588,41 @@ class UpdateEngine(wiring.Component):
                 walker.use_weights.eq(use_weights),
             ]
 
-            def start(mode):
+            # The walk's status, its `done` hidden while a registered start is on its way.
+            status = Signal(error_layout(), name=f"{prefix}walk_status")
+            m.d.comb += status.eq(walker.status)
+
+            def launch(go, mode):
                 m.d.comb += [
-                    spanned.eq(mode == WalkMode.UPDATE),
-                    readers["offsets"].start.eq(1),
-                    readers["indices"].start.eq(mode != WalkMode.OFFSETS),
-                    readers["weights"].start.eq((mode == WalkMode.UPDATE) & use_weights),
-                    walker.start.eq(1),
+                    spanned.eq(go & (mode == WalkMode.UPDATE)),
+                    readers["offsets"].start.eq(go),
+                    readers["indices"].start.eq(go & (mode != WalkMode.OFFSETS)),
+                    readers["weights"].start.eq(go & (mode == WalkMode.UPDATE) & use_weights),
+                    walker.start.eq(go),
                     walker.mode.eq(mode),
                 ]
-            return start
 
-        start_walk = walk_of(readers, walker, command, checker.row_lines, checker.use_weights)
+            if not self._fpga_pipelining:
+                return (lambda mode: launch(1, mode)), status
+            # With fpga_pipelining the walk starts a cycle after the sequencer decides it,
+            # from flip-flops: the readers' and walker's starts (the loads, resets and word
+            # choices behind them) then no longer follow the state and the conditions that
+            # end it (a ULX3S build's paths from the index check's error and the engine's
+            # state, through the walker's mode and the offsets reader, 16-18 ns). What the
+            # walk samples (the command, the checker's results, a correction's span) holds
+            # until then; its previous walk's `done` does not count meanwhile.
+            launching = Signal(name=f"{prefix}walk_launching")
+            launch_mode = Signal(WalkMode, name=f"{prefix}walk_launch_mode")
+            m.d.sync += launching.eq(0)
+            launch(launching, launch_mode)
+            m.d.comb += status.done.eq(walker.status.done & ~launching)
+
+            def start(mode):
+                m.d.sync += [launching.eq(1), launch_mode.eq(mode)]
+            return start, status
+
+        start_walk, walk_status = walk_of(readers, walker, command, checker.row_lines,
+                                          checker.use_weights)
 
         # The deferred lookup a command corrects (``correcting``): its own walk (validation,
         # then one correction pass per chunk) and the correction sequencer.
@@ -623,9 +647,9 @@ class UpdateEngine(wiring.Component):
                 cached_bags=self._correction_bags, bag_width=datapath.bag_width,
                 contexts=self._correction_contexts, context_width=datapath.context_width))
             span = Signal(walk_span_layout())   # of the next correction pass (driven below)
-            start_deferred_walk = walk_of(deferred_readers, deferred_walker, deferred,
-                                          deferred_row_lines, deferred_use_weights, "deferred_",
-                                          span)
+            start_deferred_walk, deferred_walk_status = walk_of(
+                deferred_readers, deferred_walker, deferred, deferred_row_lines,
+                deferred_use_weights, "deferred_", span)
             m.d.comb += [
                 deferred_as_update.eq(deferred),
                 deferred_as_update.opcode.eq(Opcode.UPDATE),
@@ -633,7 +657,7 @@ class UpdateEngine(wiring.Component):
                 deferred_walker.descriptors.eq(self.tables),
                 corrector.descriptors.eq(self.tables),
                 datapath.keep_deltas.eq(correcting),
-                corrector.walk_done.eq(deferred_walker.status.done),
+                corrector.walk_done.eq(deferred_walk_status.done),
                 unique.probe.eq(corrector.probe),
                 unique.probe_key.eq(corrector.probe_key),
                 corrector.probe_hit.eq(unique.probe_hit),
@@ -836,12 +860,12 @@ class UpdateEngine(wiring.Component):
                 m.d.comb += unique.clear.eq(1)
                 m.next = "Accumulate"
 
-        walk_failed = walker.status.done & (walker.status.error != ErrorCode.NONE)
+        walk_failed = walk_status.done & (walk_status.error != ErrorCode.NONE)
         if relaxed:
-            deferred_walk_failed = (deferred_walker.status.done &
-                                    (deferred_walker.status.error != ErrorCode.NONE))
+            deferred_walk_failed = (deferred_walk_status.done &
+                                    (deferred_walk_status.error != ErrorCode.NONE))
         # (The queue's level counts an entry still moving to its output, unlike r_rdy.)
-        walk_finished = (walker.status.done & ~walker.o.valid & occurrences_empty &
+        walk_finished = (walk_status.done & ~walker.o.valid & occurrences_empty &
                          gradient_fetch.idle & gradient_requests_empty & (waiting.level == 0))
         writes_settled = writes.idle & datapath.apply_idle & ~datapath.writes_queued
 
@@ -853,7 +877,7 @@ class UpdateEngine(wiring.Component):
         if relaxed:
             checking_deferred_indices = Signal()
             deferred_invalid = validating_deferred & deferred_walk_failed
-            with m.If(validating_deferred & deferred_walker.status.done &
+            with m.If(validating_deferred & deferred_walk_status.done &
                       ~deferred_walk_failed):
                 with m.If(checking_deferred_indices):
                     m.d.sync += validating_deferred.eq(0)
@@ -942,9 +966,9 @@ class UpdateEngine(wiring.Component):
                 with m.If(bus_error):
                     drain()
                 with m.Elif(walk_failed):
-                    record(walker.status)
+                    record(walk_status)
                     drain()
-                with m.Elif(walker.status.done):
+                with m.Elif(walk_status.done):
                     m.d.comb += [index_validator.start.eq(1), index_lines.start.eq(1)]
                     m.d.sync += checking_index_lines.eq(1)
                     m.next = "Validate-Indices"
@@ -967,9 +991,9 @@ class UpdateEngine(wiring.Component):
                 with m.If(bus_error):
                     drain()
                 with m.Elif(walk_failed):
-                    record(walker.status)
+                    record(walk_status)
                     drain()
-                with m.Elif(walker.status.done):
+                with m.Elif(walk_status.done):
                     # (Only if the indices changed under the command since the check.)
                     found = index_validator.error
                     m.d.sync += [error.eq(found.code), error_table.eq(found.table),
@@ -980,11 +1004,11 @@ class UpdateEngine(wiring.Component):
                 with m.If(bus_error):
                     drain()
                 with m.Elif(walk_failed):  # only if memory changed since the validation
-                    record(walker.status)
+                    record(walk_status)
                     drain()
                 if relaxed:
                     with m.Elif(deferred_invalid):
-                        record(deferred_walker.status)
+                        record(deferred_walk_status)
                         drain()
                 with m.Elif(unique.full):
                     if relaxed:
@@ -999,7 +1023,7 @@ class UpdateEngine(wiring.Component):
                     drain()
                 if relaxed:
                     with m.Elif(deferred_invalid):
-                        record(deferred_walker.status)
+                        record(deferred_walk_status)
                         drain()
                 with m.Elif(~unique.o.valid & datapath.accumulate_idle):
                     with m.If((unique.count == 0) & correcting):
@@ -1017,7 +1041,7 @@ class UpdateEngine(wiring.Component):
                     drain()
                 if relaxed:
                     with m.Elif(deferred_invalid):
-                        record(deferred_walker.status)
+                        record(deferred_walk_status)
                         drain()
                 with m.Elif(writes_settled & ~validating_deferred):
                     m.d.comb += row_fetch.start.eq(1)
@@ -1039,7 +1063,7 @@ class UpdateEngine(wiring.Component):
                     drain()
                 if overlap:
                     with m.Elif(overlapped & deferred_walk_failed):  # (as in Correct)
-                        record(deferred_walker.status)
+                        record(deferred_walk_status)
                         drain()
                 with m.Elif(~row_fetch.busy & datapath.apply_idle & pass_over):
                     if overlap:
@@ -1066,7 +1090,7 @@ class UpdateEngine(wiring.Component):
                         drain()
                     if relaxed:
                         with m.Elif(deferred_invalid):
-                            record(deferred_walker.status)
+                            record(deferred_walk_status)
                             drain()
                     with m.Elif((writes_settled | ~corrector.spilled) & ~validating_deferred):
                         with m.If(pass_first_table >= deferred.tables):
@@ -1082,7 +1106,7 @@ class UpdateEngine(wiring.Component):
                     with m.If(bus_error):
                         drain()
                     with m.Elif(deferred_walk_failed):  # only if memory changed since validation
-                        record(deferred_walker.status)
+                        record(deferred_walk_status)
                         drain()
                     with m.Elif(corrector.done & datapath.correction_idle):
                         m.d.sync += pass_first_table.eq(boundary_table)
