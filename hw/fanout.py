@@ -14,7 +14,7 @@ simulation the copies are ordinary registers with the same value.
 from amaranth.hdl import Signal
 
 __all__ = ["KEEP_REPLICAS_SCRIPT", "REPLICA_ATTRIBUTE", "WORD_SELECT_COPIES", "lane_copies",
-           "replicated_register", "word_of_line"]
+           "replicated_register", "staged_copies", "word_of_line"]
 
 #: Copies of a word's select in :func:`word_of_line` with ``replicate``: each chooses 4 of a
 #: 32-bit word's bits.
@@ -50,6 +50,28 @@ def lane_copies(m, next_value, current, *, copies, name, replicate, domain="sync
     if replicate:
         return replicated_register(m, next_value, copies=copies, name=name, domain=domain)
     return [current] * copies
+
+
+def staged_copies(m, value, *, copies, groups, name, domain="sync"):
+    """``copies`` registers holding ``value`` as it was two cycles before, each loaded from
+    one of ``groups`` registers that load ``value`` (consumer ``k`` from group
+    ``k * groups // copies``): two nets of about half the distance where
+    :func:`replicated_register` has one across all consumers. For a value that stays put
+    the cycle before it is used (a stream payload held a cycle), they hold what
+    ``replicated_register(m, value)`` would. Named ``<name>_group_replica_<g>`` and
+    ``<name>_replica_<k>``, all marked as replicas."""
+    _check_copies(copies)
+    _check_copies(groups)
+    if copies % groups:
+        raise ValueError(f"Copies ({copies}) must split evenly into groups ({groups})")
+    firsts = replicated_register(m, value, copies=groups, name=f"{name}_group", domain=domain)
+    replicas = []
+    for k in range(copies):
+        replica = Signal.like(value, name=f"{name}_replica_{k}",
+                              attrs={REPLICA_ATTRIBUTE: 1})
+        m.d[domain] += replica.eq(firsts[k * groups // copies])
+        replicas.append(replica)
+    return replicas
 
 
 def _check_copies(copies):

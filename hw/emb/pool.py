@@ -36,13 +36,19 @@ follow (their path was a ULX3S build's longest, 19.4 ns). The price: an op is ta
 second cycle at the earliest. Folded lanes take an op at most once in ``lane_fold`` >= 2
 cycles anyway, so ops that arrive back to back lose nothing there; an op that arrives after
 a gap waits a cycle more.
+
+With both, the lanes' copies of what the op decides (its factor, operand choice and early
+accumulator address) are loaded from four group copies, each loaded every cycle from the op
+at the head (:func:`hw.fanout.staged_copies`): an op is taken only after a cycle there, so
+the groups already hold it. The op's register no longer drives sixteen lanes spread over
+the die directly (a ULX3S build's longest path, 15.4 ns of routing alone).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.fanout import lane_copies
+from hw.fanout import lane_copies, staged_copies
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
 from hw.fp.lanes import check_fold, folded_latency
@@ -53,6 +59,7 @@ from .gather import OpKind
 __all__ = ["Pooler"]
 
 LANES = 16
+LANE_GROUPS = 4  # group copies between an op and the lanes' copies (``registered_hazard``)
 _NEGATIVE_ZERO_LINE = Const(int("80000000" * LANES, 16), 32 * LANES)
 
 
@@ -225,10 +232,19 @@ class Pooler(wiring.Component):
             keep.eq(pop & ~self.discard),
         ]
         m.d.sync += [history_valid[0].eq(keep & writes_back(op)), history_address[0].eq(here)]
+
+        def op_copies(value, current, name):
+            """What the register ``current`` (loaded with the op's ``value``) holds once per
+            lane: from group copies when the op waits a cycle before its pop (module
+            docstring), else from :func:`lane_copies`."""
+            if self._lane_replicas and self._registered_hazard:
+                return staged_copies(m, value, copies=LANES, groups=LANE_GROUPS, name=name)
+            return lane_copies(m, value, current, name=name, copies=LANES,
+                               replicate=self._lane_replicas)
+
         # A read at a registered address sees the writes of every earlier cycle: a transparent
         # synchronous read at ``here``.
-        early_addresses = lane_copies(m, here, history_address[0], name="acc_early_address",
-                                      copies=LANES, replicate=self._lane_replicas)
+        early_addresses = op_copies(here, history_address[0], "acc_early_address")
         acc_early_data = read_line(acc_early_reads, early_addresses)
         for k in range(1, depth):
             m.d.sync += [history_valid[k].eq(history_valid[k - 1]),
@@ -254,11 +270,9 @@ class Pooler(wiring.Component):
         # The operand choice and factor, lane by lane: with lane_replicas each lane has its own
         # copy of the registers (head.kind, factor) that hold them.
         copies = {"copies": LANES, "replicate": self._lane_replicas}
-        uses_row = lane_copies(m, op.kind == OpKind.ROW, head.kind == OpKind.ROW,
-                               name="uses_row", **copies)
-        uses_acc = lane_copies(m, op.kind == OpKind.SCALE, head.kind == OpKind.SCALE,
-                               name="uses_acc", **copies)
-        factors = lane_copies(m, op.factor, factor, name="factor", **copies)
+        uses_row = op_copies(op.kind == OpKind.ROW, head.kind == OpKind.ROW, "uses_row")
+        uses_acc = op_copies(op.kind == OpKind.SCALE, head.kind == OpKind.SCALE, "uses_acc")
+        factors = op_copies(op.factor, factor, "factor")
         for k in range(LANES):
             lane = slice(32 * k, 32 * (k + 1))
             m.d.comb += [

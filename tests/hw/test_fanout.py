@@ -17,6 +17,7 @@ from hw.fanout import (
     REPLICA_ATTRIBUTE,
     lane_copies,
     replicated_register,
+    staged_copies,
     word_of_line,
 )
 
@@ -98,6 +99,43 @@ def test_lane_copies_are_the_register_itself_without_replicate():
         == [current] * 3
     replicas = lane_copies(m, next_value, current, copies=3, name="x", replicate=True)
     assert [r.name for r in replicas] == ["x_replica_0", "x_replica_1", "x_replica_2"]
+
+
+def test_staged_copies_follow_the_value_two_cycles_late_through_their_groups():
+    """Each copy holds the value of two cycles before, from its own group's register (a
+    value held a cycle is then what a replicated register holds)."""
+    m = Module()
+    value = Signal(4)
+    copies = staged_copies(m, value, copies=6, groups=3, name="factor")
+    assert [c.name for c in copies] == [f"factor_replica_{k}" for k in range(6)]
+    assert all(c.attrs == {REPLICA_ATTRIBUTE: 1} for c in copies)
+    sequence = [5, 9, 9, 0, 15, 3]
+
+    async def testbench(ctx):
+        seen = []
+        for v in [*sequence, 0]:
+            ctx.set(value, v)
+            await ctx.tick()   # the groups load `v`; the copies, the value before it
+            seen.append([ctx.get(c) for c in copies])
+        assert seen == [[0] * 6] + [[v] * 6 for v in sequence]
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    # Consumers 0-1 share group 0, 2-3 group 1, 4-5 group 2.
+    groups = {c.name: str(stmt.rhs) for stmt in m._statements["sync"]
+              for c in copies if stmt.lhs is c}
+    assert groups == {f"factor_replica_{k}": f"(sig factor_group_replica_{k // 2})"
+                      for k in range(6)}
+
+
+def test_staged_copies_need_groups_that_split_the_copies():
+    with pytest.raises(ValueError, match=r"^Copies \(16\) must split evenly into groups "
+                                         r"\(3\)$"):
+        staged_copies(Module(), Signal(), copies=16, groups=3, name="x")
+    with pytest.raises(ValueError, match=r"^Replica count must be a positive integer, not 0$"):
+        staged_copies(Module(), Signal(), copies=16, groups=0, name="x")
 
 
 @pytest.mark.parametrize("copies", [0, -1, 2.0, None, True])
