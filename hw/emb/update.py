@@ -183,7 +183,10 @@ class UpdateEngine(wiring.Component):
         (:class:`hw.skid.SkidBuffer`: a cycle of latency each, no loss of rate); the
         walkers' and the command checker's checks compare registers
         (``OccurrenceWalker(registered_checks=)``: 13 cycles more per MEAN bag and a cycle
-        per walk; ``CommandChecker(registered_region_checks=)``: a cycle per extent checked).
+        per walk; ``CommandChecker(registered_region_checks=)``: a cycle per extent checked);
+        each walk starts a cycle after the sequencer decides it, from flip-flops; and without
+        ``relaxed_lookup`` each lane's part of the gradient buffer is written a cycle after
+        its sum, from registers of its own (``UpdateDatapath(registered_writes=)``).
         Results are the same. Default False.
     lane_fold : int
         Cycles a line takes through the multiplier and adder: folded
@@ -505,7 +508,8 @@ class UpdateEngine(wiring.Component):
             delta_lanes=self._delta_lanes, correction_lanes=self._correction_lanes,
             lane_replicas=self._fpga_pipelining,
             registered_operands=self._fpga_pipelining,
-            read_port_per_use=self._fpga_pipelining, lane_fold=self._lane_fold))
+            read_port_per_use=self._fpga_pipelining, lane_fold=self._lane_fold,
+            registered_writes=self._fpga_pipelining and not relaxed))
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), datapath.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), datapath.add_lanes)

@@ -42,6 +42,7 @@ from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
 from hw.fp.lanes import check_fold, folded_latency
 from hw.mem.sliced_fifo import SlicedFIFO
+from hw.params import check_bool
 
 from .update_fetch import row_context_layout
 from .update_reads import LINE_BITS
@@ -146,6 +147,13 @@ class UpdateDatapath(wiring.Component):
         The multiplier's operands (chosen lane by lane) pass a register before the
         multiplier, so that a choice's inputs from across the engine reach the lanes in a
         cycle of their own (default False). :attr:`mul_latency` counts it.
+    registered_writes : bool
+        Each lane's part of the gradient buffer is written a cycle after its sum, from
+        registers of its own (enable, address and data), so the adder's result valid and tag
+        reach no LUT-RAM write port across the die (default False). Needs ``lane_replicas``
+        and ``read_port_per_use`` (the buffer a memory per lane, whose reads see a write of
+        the cycle before: the :attr:`hazard_window` covers the later write), and no
+        ``corrections`` (their deltas are read as soon as written).
     read_port_per_use : bool
         The gradient buffer has a read port for each of its readers (accumulation, apply,
         correction), each addressed by its own source, instead of one port whose address is
@@ -189,7 +197,8 @@ class UpdateDatapath(wiring.Component):
                  add_stages=None, write_depth=None, shared_lanes=False, cached_bags=0,
                  corrections=True, correction_contexts=1, correction_queue_depth=16,
                  delta_lanes=False, correction_lanes=False, lane_replicas=False,
-                 registered_operands=False, read_port_per_use=False, lane_fold=1):
+                 registered_operands=False, read_port_per_use=False, lane_fold=1,
+                 registered_writes=False):
         if cached_bags and not corrections:
             raise ValueError(f"A bag store needs the corrections: cached_bags must be 0 "
                              f"without them, not {cached_bags!r}")
@@ -221,6 +230,10 @@ class UpdateDatapath(wiring.Component):
         self._lane_replicas = bool(lane_replicas)
         self._registered_operands = bool(registered_operands)
         self._read_port_per_use = bool(read_port_per_use)
+        self._registered_writes = check_bool("Registered writes", registered_writes)
+        if registered_writes and not (lane_replicas and read_port_per_use and not corrections):
+            raise ValueError("Registered writes need lane_replicas and read_port_per_use, "
+                             "and no corrections")
         self._contexts = correction_contexts
         self._queue_depth = correction_queue_depth
         self._corrections = bool(corrections)
@@ -362,7 +375,7 @@ class UpdateDatapath(wiring.Component):
     @property
     def accumulate_latency(self):
         """Cycles from an accumulation entering to its sum being written."""
-        return self.mul_latency + 1 + self.add_latency
+        return self.mul_latency + 1 + self.add_latency + self._registered_writes
 
     @property
     def apply_latency(self):
@@ -573,6 +586,19 @@ class UpdateDatapath(wiring.Component):
                                     copies=_LANES, replicate=True)
             accumulate_addresses = replicated_register(m, product_tag.buffer, copies=_LANES,
                                                        name="held_buffer")
+            write_enables = [buffer_write.en] * _LANES
+            write_addresses = [buffer_write.addr] * _LANES
+            if self._registered_writes:
+                # (A cycle later: the per-lane reads, which see a write of the cycle before a
+                # port would, leave room for it in the hazard window.)
+                write_enables = replicated_register(m, buffer_write.en, copies=_LANES,
+                                                    name="buffer_write_en")
+                write_addresses = replicated_register(m, buffer_write.addr, copies=_LANES,
+                                                      name="buffer_write_addr")
+                written_data = Signal(LINE_BITS, reset_less=True)
+                m.d.sync += written_data.eq(buffer_write.data)
+            else:
+                written_data = buffer_write.data
             for k, address in enumerate(addresses):
                 lane = slice(32 * k, 32 * (k + 1))
                 lane_memory = m.submodules[f"apply_buffer_{k}"] = Memory(
@@ -580,8 +606,8 @@ class UpdateDatapath(wiring.Component):
                 write = lane_memory.write_port()
                 read = lane_memory.read_port(domain="comb")
                 accumulate = lane_memory.read_port(domain="comb")
-                m.d.comb += [write.en.eq(buffer_write.en), write.addr.eq(buffer_write.addr),
-                             write.data.eq(buffer_write.data[lane]), read.addr.eq(address),
+                m.d.comb += [write.en.eq(write_enables[k]), write.addr.eq(write_addresses[k]),
+                             write.data.eq(written_data[lane]), read.addr.eq(address),
                              apply_sum[lane].eq(read.data),
                              accumulate.addr.eq(accumulate_addresses[k]),
                              running_sum[lane].eq(accumulate.data)]

@@ -666,6 +666,20 @@ def test_datapath_delta_lanes_need_the_corrections_and_a_bool():
         UpdateDatapath(**kwargs, delta_lanes=1)
 
 
+def test_datapath_registered_writes_need_a_buffer_per_lane_without_corrections():
+    kwargs = dict(capacity=4, lines_per_slot=2, line_address_width=10, corrections=False,
+                  lane_replicas=True, read_port_per_use=True)
+    UpdateDatapath(**kwargs, registered_writes=True)
+    message = (r"^Registered writes need lane_replicas and read_port_per_use, and no "
+               r"corrections$")
+    for change in ({"corrections": True}, {"lane_replicas": False},
+                   {"read_port_per_use": False}):
+        with pytest.raises(ValueError, match=message):
+            UpdateDatapath(**{**kwargs, **change}, registered_writes=True)
+    with pytest.raises(TypeError, match=r"^Registered writes must be True or False, not 1$"):
+        UpdateDatapath(**kwargs, registered_writes=1)
+
+
 def test_datapath_correction_lanes_need_the_delta_lanes_and_a_bool():
     kwargs = dict(capacity=4, lines_per_slot=2, line_address_width=10)
     assert UpdateDatapath(**kwargs, delta_lanes=True, correction_lanes=True).correction_lanes
