@@ -199,12 +199,31 @@ class OffsetsValidator(wiring.Component):
             m.d.comb += length.eq(left_near)
         with m.Elif(table_near < room):
             m.d.comb += length.eq(table_near)
+        # Where the cursor and the distances go for each length a step may have, from the
+        # registers alone: the step's length only chooses among them, so its logic (behind
+        # the three distances) is not in front of 32-bit adders and their "below 8" checks
+        # (a ULX3S build's lookup paths into `left_small`, `at_table_start` and the line's
+        # ready, 15-18 ns).
         segment_end = Signal(32)
+        left_after = Signal(32)
+        left_after_small = Signal()
+        to_table_after = Signal(16)
+        to_table_after_small = Signal()
+        for k in range(WINDOW + 1):
+            left_k = Signal(32, name=f"left_after_{k}")
+            to_table_k = Signal(16, name=f"to_table_after_{k}")
+            end_k = Signal(32, name=f"segment_end_{k}")
+            m.d.comb += [left_k.eq(left - k), to_table_k.eq(to_table - k), end_k.eq(cursor + k)]
+            with m.If(length == k):
+                m.d.comb += [
+                    segment_end.eq(end_k),
+                    left_after.eq(left_k), left_after_small.eq(left_k < 8),
+                    to_table_after.eq(to_table_k), to_table_after_small.eq(to_table_k < 8),
+                ]
         ends_walk = Signal()
         ends_table = Signal()
         high = Signal(window_bits + 1)
         m.d.comb += [
-            segment_end.eq(cursor + length),
             ends_walk.eq(left_small & (left[:3] == length)),
             ends_table.eq(by_tables & to_table_small & (to_table[:3] == length)),
             high.eq(low + length),
@@ -325,11 +344,9 @@ class OffsetsValidator(wiring.Component):
             with m.If(capture & (mode == OffsetsMode.CHECK) & ((bags == 0) | at_table_start)):
                 m.d.sync += [capture_pending.eq(1), capture_every.eq(bags == 0),
                              capture_table.eq(table)]
-            left_after = left - length
-            to_table_after = to_table - length
             m.d.sync += [cursor.eq(segment_end), previous_end.eq(high),
                          *(r.eq(v) for r, v in zip(previous_values, values, strict=True)),
-                         left.eq(left_after), left_small.eq(left_after < 8),
+                         left.eq(left_after), left_small.eq(left_after_small),
                          at_table_start.eq(ends_table)]
             with m.If(ends_walk):
                 m.d.sync += active.eq(0)
@@ -338,7 +355,7 @@ class OffsetsValidator(wiring.Component):
                              to_table.eq(bags), to_table_small.eq(bags_small)]
             with m.Else():
                 m.d.sync += [to_table.eq(to_table_after),
-                             to_table_small.eq(to_table_after < 8)]
+                             to_table_small.eq(to_table_after_small)]
 
         with m.If(~self.start):
             m.d.sync += [
