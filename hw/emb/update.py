@@ -554,15 +554,28 @@ class UpdateEngine(wiring.Component):
             end_position = Signal(32)
             first_table = Signal(8)
             first_column = Signal(16)
+            end_entry = Signal(24)
             spanned = Signal()  # set by ``start`` for a walk of ``span``
+            # The entries where the walk starts and ends, `table * bags`, are registered
+            # every cycle, so no multiplier is in front of the readers' counts: the command
+            # and the span hold for cycles before a walk starts (the span changes as a pass
+            # ends, a state or more before the next pass starts).
+            whole_end_entry = Signal(24, name=f"{prefix}whole_end_entry")
+            m.d.sync += whole_end_entry.eq(command.tables * command.bags)
             m.d.comb += [
-                first_entry.eq(first_table * command.bags),
+                end_entry.eq(whole_end_entry),
                 end_table.eq(command.tables),
                 end_position.eq(command.num_indices),
             ]
             if span is not None:
+                span_first_entry = Signal(24, name=f"{prefix}span_first_entry")
+                span_end_entry = Signal(24, name=f"{prefix}span_end_entry")
+                m.d.sync += [span_first_entry.eq(span.first_table * command.bags),
+                             span_end_entry.eq(span.end_table * command.bags)]
                 with m.If(spanned):
                     m.d.comb += [
+                        first_entry.eq(span_first_entry),
+                        end_entry.eq(span_end_entry),
                         first_table.eq(span.first_table),
                         first_position.eq(span.first_position),
                         first_column.eq(span.first_column),
@@ -574,8 +587,7 @@ class UpdateEngine(wiring.Component):
                 m.d.comb += [reader.base.eq((array >> 6) + (first_word >> 4)),
                              reader.first.eq(first_word[:4]), reader.words.eq(words)]
 
-            read(readers["offsets"], command.offsets, first_entry,
-                 end_table * command.bags + 1 - first_entry)
+            read(readers["offsets"], command.offsets, first_entry, end_entry + 1 - first_entry)
             read(readers["indices"], command.indices, first_position,
                  end_position - first_position)
             read(readers["weights"], command.weights, first_position,
