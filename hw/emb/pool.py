@@ -41,7 +41,10 @@ With both, the lanes' copies of what the op decides (its factor, operand choice 
 accumulator address) are loaded from four group copies, each loaded every cycle from the op
 at the head (:func:`hw.fanout.staged_copies`): an op is taken only after a cycle there, so
 the groups already hold it. The op's register no longer drives sixteen lanes spread over
-the die directly (a ULX3S build's longest path, 15.4 ns of routing alone).
+the die directly (a ULX3S build's longest path, 15.4 ns of routing alone). With lane
+replicas the copies of what a pipeline stage decides (the adder's operand choice, the late
+accumulator address, the write address and enable) come through four group copies of the
+stage two before it in the same way.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
@@ -281,14 +284,22 @@ class Pooler(wiring.Component):
                 mul.i.payload.b[k].eq(factors[k]),
             ]
 
-        middle = stage[mul_latency]
+        def stage_copies(k, value_at, name):
+            """``value_at(k)`` (of stage ``k``, which every stage passes on each cycle) once
+            per lane: with lane replicas from group copies of ``value_at(k - 2)`` where
+            there is such a stage, so no stage register drives all sixteen lanes (module
+            docstring), else from :func:`lane_copies`."""
+            if self._lane_replicas and k >= 2:
+                return staged_copies(m, value_at(k - 2), copies=LANES, groups=LANE_GROUPS,
+                                     name=name)
+            return lane_copies(m, value_at(k - 1), value_at(k), name=name, **copies)
+
         # The adder's accumulator operand is read at the address of the op one stage before
         # it (two with a registered read); the stages shift every cycle, so that address
         # registered is the next stage's.
         read_stage = mul_latency - 1 - self._registered_read
-        late_addresses = lane_copies(m, address(stage[read_stage]),
-                                     address(stage[read_stage + 1]), name="acc_late_address",
-                                     copies=LANES, replicate=self._lane_replicas)
+        late_addresses = stage_copies(read_stage + 1, lambda k: address(stage[k]),
+                                      "acc_late_address")
         acc_late_data = read_line(acc_late_reads, late_addresses)
         if self._registered_read:
             accumulated = Signal(32 * LANES)
@@ -302,12 +313,11 @@ class Pooler(wiring.Component):
         ]
         # The adder's operand: the accumulator for a row after the first, -0.0 for a SCALE
         # (x * r + -0.0 is x * r, signed zeros included), else 0.
-        before = stage[mul_latency - 1]
-        adds_acc = lane_copies(m, (before.kind == OpKind.ROW) & ~before.first,
-                               (middle.kind == OpKind.ROW) & ~middle.first,
-                               name="adds_accumulator", **copies)
-        adds_neg = lane_copies(m, before.kind == OpKind.SCALE, middle.kind == OpKind.SCALE,
-                               name="adds_negative_zero", **copies)
+        adds_acc = stage_copies(
+            mul_latency, lambda k: (stage[k].kind == OpKind.ROW) & ~stage[k].first,
+            "adds_accumulator")
+        adds_neg = stage_copies(mul_latency, lambda k: stage[k].kind == OpKind.SCALE,
+                                "adds_negative_zero")
         for k in range(LANES):
             lane = slice(32 * k, 32 * (k + 1))
             m.d.comb += add.i.payload.a[k].eq(
@@ -326,12 +336,9 @@ class Pooler(wiring.Component):
         ]
         # Each lane's write address and enable from its own copy of the tail's registers (with
         # lane_replicas): one register drove the 128 LUT RAM cells of all 16 lanes.
-        before_tail = stage[depth - 1]
-        write_addresses = lane_copies(m, address(before_tail), address(tail),
-                                      name="acc_write_address", **copies)
-        write_enables = lane_copies(m, valid[depth - 1] & writes_back(before_tail),
-                                    valid[depth] & writes_back(tail), name="acc_write_enable",
-                                    **copies)
+        write_addresses = stage_copies(depth, lambda k: address(stage[k]), "acc_write_address")
+        write_enables = stage_copies(depth, lambda k: valid[k] & writes_back(stage[k]),
+                                     "acc_write_enable")
         for k, write in enumerate(acc_writes):
             m.d.comb += [write.addr.eq(write_addresses[k]),
                          write.data.eq(result[32 * k:32 * (k + 1)]),
