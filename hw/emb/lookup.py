@@ -141,7 +141,9 @@ class LookupEngine(wiring.Component):
         MEAN divider finds one quotient bit a cycle, not two; and the issuer's read requests
         pass a skid buffer (:class:`~hw.skid.SkidBuffer`) on their way to the reorder buffer,
         so the memory's ``ready`` no longer reaches the issuer's row queue in the same cycle
-        (a cycle more per read); and the offsets validator compares a registered window
+        (a cycle more per read), and the memory's read requests leave through one (the
+        register they left from before, so no cycle more); and the offsets validator compares
+        a registered window
         (:class:`~hw.emb.validate.OffsetsValidator`, ``registered_window``); with folded
         lanes the pooler's hazard check is a register (:mod:`hw.emb.pool`,
         ``registered_hazard``). Needs a multiplier of at least two stages. Default False.
@@ -430,25 +432,45 @@ class LookupEngine(wiring.Component):
 
         # --- AXI read address: streams first (validation must never wait), then rows ---------
         axi = self.axi
-        ar_valid = Signal()
-        ar_id = Signal(self._id_width)
-        ar_line = Signal(law)
-        load = ~ar_valid | axi.arready
+        ar_layout = data.StructLayout({"id": self._id_width, "line": law})
         sources = [(windows[name].ar, n_ids + k) for k, name in enumerate(_STREAMS)]
         sources.append((reorder.ar, None))
+        if self._fpga_pipelining:
+            # The request leaves through a skid buffer in place of the register: the memory's
+            # `arready` then stops there, and the choice of source (the windows' and the
+            # reorder buffer's handshakes, the windows' counts behind them) starts from its
+            # flip-flops, not from the memory's port (a ULX3S build's paths from the port's
+            # owner into the windows' counts, 15.1 ns). Same latency; a request more may
+            # wait while the memory stalls.
+            ar_skid = m.submodules.ar_skid = SkidBuffer(shape=ar_layout)
+            ar_request, load = ar_skid.i.payload, ar_skid.i.ready
+            m.d.comb += ar_skid.o.ready.eq(axi.arready)
+        else:
+            ar_valid = Signal()
+            ar_request = Signal(ar_layout)
+            load = ~ar_valid | axi.arready
         higher = Const(0, 1)
         for source, fixed_id in sources:
             m.d.comb += source.ready.eq(load & ~higher)
-            with m.If(load & source.valid & ~higher):
-                m.d.sync += [ar_id.eq(fixed_id if fixed_id is not None else source.payload.id),
-                             ar_line.eq(source.payload.addr)]
+            chosen = [ar_request.id.eq(fixed_id if fixed_id is not None else source.payload.id),
+                      ar_request.line.eq(source.payload.addr)]
+            if self._fpga_pipelining:  # (the skid buffer takes it only when ready)
+                with m.If(source.valid & ~higher):
+                    m.d.comb += chosen
+            else:
+                with m.If(load & source.valid & ~higher):
+                    m.d.sync += chosen
             higher = higher | source.valid
-        with m.If(load):
-            m.d.sync += ar_valid.eq(higher)
+        if self._fpga_pipelining:
+            m.d.comb += ar_skid.i.valid.eq(higher)
+            ar_valid, ar_request = ar_skid.o.valid, ar_skid.o.payload
+        else:
+            with m.If(load):
+                m.d.sync += ar_valid.eq(higher)
         m.d.comb += [
             axi.arvalid.eq(ar_valid),
-            axi.arid.eq(ar_id),
-            axi.araddr.eq(ar_line << 6),
+            axi.arid.eq(ar_request.id),
+            axi.araddr.eq(ar_request.line << 6),
             axi.arlen.eq(0),
             axi.arsize.eq(6),
             axi.arburst.eq(1),  # INCR

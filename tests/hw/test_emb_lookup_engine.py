@@ -2,6 +2,8 @@
 """A whole LookupEngine in Amaranth's simulator: a quick end-to-end check that needs no
 Verilator (the thorough tests are the cocotb ones in ``tb/emb``)."""
 
+import random
+
 import numpy as np
 import pytest
 from amaranth.lib import data
@@ -66,7 +68,9 @@ def place_cases(memory, cases):
     return commands, tables, placements
 
 
-def run_commands(engine, memory, commands, tables, regions, defer_mean=None):
+def run_commands(engine, memory, commands, tables, regions, defer_mean=None, ar_stalls=None):
+    """Run ``commands`` on ``engine`` against ``memory``; with ``ar_stalls`` (a
+    ``random.Random``) the memory's ``arready`` is low in a third of the cycles."""
     statuses = []
     defer_mean = defer_mean or [0] * len(commands)
 
@@ -74,7 +78,8 @@ def run_commands(engine, memory, commands, tables, regions, defer_mean=None):
         axi = engine.axi
         ctx.set(engine.regions, data.ArrayLayout(region_layout(AW), 2).const(regions))
         ctx.set(engine.done.ready, 1)
-        ctx.set(axi.arready, 1)
+        ar_ready = True
+        ctx.set(axi.arready, ar_ready)
         ctx.set(axi.awready, 1)
         ctx.set(axi.wready, 1)
         waiting, addresses, beats, acks = [], [], [], 0
@@ -93,8 +98,10 @@ def run_commands(engine, memory, commands, tables, regions, defer_mean=None):
                 if cmd_ready:
                     ctx.set(engine.cmd.valid, 0)
                     ctx.set(engine.defer_mean, 0)  # sampled with the command only
-                if ar_valid:
+                if ar_valid and ar_ready:
                     waiting.append((cycle + 4, ar_id, ar_addr))
+                ar_ready = ar_stalls is None or ar_stalls.random() >= 1 / 3
+                ctx.set(axi.arready, ar_ready)
                 if aw_valid:
                     addresses.append(aw_addr)
                 if w_valid:
@@ -126,15 +133,18 @@ def run_commands(engine, memory, commands, tables, regions, defer_mean=None):
 FPGA_PIPELINING = dict(bag_slots=2, mul_stages=2, add_stages=2, fpga_pipelining=True)
 
 
-@pytest.mark.parametrize(("mean_reciprocal", "changes"), [
-    ("pipelined", {}), ("sequential", {}), ("pipelined", FPGA_PIPELINING),
-    ("sequential", FPGA_PIPELINING), ("pipelined", {**FPGA_PIPELINING, "lane_fold": 2}),
-    ("pipelined", {"lane_fold": 4})],
+@pytest.mark.parametrize(("mean_reciprocal", "changes", "ar_stall_seed"), [
+    ("pipelined", {}, None), ("sequential", {}, None), ("pipelined", FPGA_PIPELINING, None),
+    ("sequential", FPGA_PIPELINING, None),
+    ("pipelined", {**FPGA_PIPELINING, "lane_fold": 2}, None), ("pipelined", {"lane_fold": 4}, None),
+    ("pipelined", {}, 11), ("pipelined", FPGA_PIPELINING, 12)],
     ids=["pipelined", "sequential", "fpga-pipelining", "sequential-fpga-pipelining",
-         "fpga-pipelining-folded-lanes", "lanes-folded-by-4"])
-def test_lookup_end_to_end_in_pysim(mean_reciprocal, changes):
+         "fpga-pipelining-folded-lanes", "lanes-folded-by-4", "read-address-stalls",
+         "fpga-pipelining-read-address-stalls"])
+def test_lookup_end_to_end_in_pysim(mean_reciprocal, changes, ar_stall_seed):
     """With either MEAN divider (the sequential one holds the bag walk at each MEAN bag), with
-    the board's FPGA pipelining, and with folded FP lanes (a line every 2 or 4 cycles)."""
+    the board's FPGA pipelining, with folded FP lanes (a line every 2 or 4 cycles), and with a
+    memory that stalls read addresses (seeded)."""
     rng = np.random.default_rng(3)
 
     def draw(predicate, **shape):
@@ -153,9 +163,10 @@ def test_lookup_end_to_end_in_pysim(mean_reciprocal, changes):
     bad.indices[-1] = case.tables[-1].shape[0]
     memory = Memory()
     commands, tables, placements = place_cases(memory, (case, big, bad))
+    stalls = None if ar_stall_seed is None else random.Random(ar_stall_seed)
     statuses = run_commands(LookupEngine(**{**PARAMS, **changes},
                                          mean_reciprocal=mean_reciprocal), memory,
-                            commands, tables, REGIONS)
+                            commands, tables, REGIONS, ar_stalls=stalls)
     assert [s.error for s in statuses] == [ErrorCode.NONE, ErrorCode.NONE,
                                            ErrorCode.INDEX_OUT_OF_RANGE]
     # The index validator does not know the bag; the engine finds it from the offsets.
