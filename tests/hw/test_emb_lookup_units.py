@@ -668,6 +668,20 @@ def test_checker_table_extent_counts_dim_over_16_lines_a_row(dim):
     results = run_checker([(command, tables, regions) for tables, _ in cases])
     assert results == [expected for _, expected in cases]
 
+def test_checker_judges_the_first_table_as_it_is_at_start():
+    """The tables may change with ``start``: the first table's extent (registered, from
+    registered factors) is the one the command came with, not the previous command's."""
+    regions = [{"base": 0x1000, "size": 0x10000, "enable": 1}, {}]
+    command = {"opcode": Opcode.LOOKUP, "bags": 1, "tables": 1, "num_indices": 0,
+               "indices": 0, "offsets": 0x4000, "weights": 0, "output": 0x5000}
+    small = [{"base": 0x1000, "rows": 4, "dim": 16, "mode": PoolingMode.SUM}]
+    huge = [dict(small[0], rows=0x10000)]
+    cases = [(small, (ErrorCode.NONE, 0)), (huge, (ErrorCode.ADDRESS_OUT_OF_REGION, 0)),
+             (small, (ErrorCode.NONE, 0))]
+    results = run_checker([(command, tables, regions) for tables, _ in cases])
+    assert results == [expected for _, expected in cases]
+
+
 # ---------------------------------------------------------------------------- writer
 
 def test_line_writer_waits_for_enable_and_flushes_unstarted_lines():
