@@ -8,6 +8,9 @@ validator's segments also stay within a window of :data:`WINDOW` entries: it mak
 32-bit comparisons per entry, and the bag sequencer after it takes one entry per cycle.
 """
 
+import functools
+import operator
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -149,14 +152,15 @@ class OffsetsValidator(wiring.Component):
         previous_end = Signal(range(WINDOW + 1))
         by_tables = Signal()           # CHECK mode with bags: segments stop at table ends
         # The walk's decisions (how far this step goes, whether it leaves the line) come from
-        # distances kept in registers, each with a registered "below 8" flag, so they are
-        # 3-bit comparisons, not 32-bit ones behind an adder on the cursor; they drive the
-        # line stream's ready.
+        # distances kept in registers, each also as a 3-bit "near" register (the distance,
+        # or 7 from 7 on), so they are a table of 8 register bits, not 32-bit comparisons
+        # behind an adder on the cursor (nor 3-bit ones on carry chains); they drive the line
+        # stream's ready.
         left = Signal(32)              # end - cursor
-        left_small = Signal()          # left < 8
+        left_near = Signal(3)          # min(left, 7)
         to_table = Signal(16)          # entries to the next table's start (by_tables)
-        to_table_small = Signal()      # to_table < 8
-        bags_small = Signal()          # bags < 8
+        table_near = Signal(3)         # min(to_table, 7) with by_tables, else 7
+        bags_near = Signal(3)          # table_near at a table's start
         at_table_start = Signal()      # cursor == table_entry
 
         # A cycle looks at one window of WINDOW entries of the line (the one holding the
@@ -184,50 +188,53 @@ class OffsetsValidator(wiring.Component):
                 with m.Case(j):
                     m.d.comb += previous.eq(previous_values[j - 1])
 
-        # This step's segment: up to the window's end, `end`, or the next table's start.
-        room = Signal(window_bits + 1)
-        left_near = Signal(3)
-        table_near = Signal(3)
+        # This step's segment: up to the window's end (`room`), `end`, or the next table's
+        # start, whichever is nearest: its length (one-hot and binary), and whether it ends
+        # the walk, the table or the window, all as one table of (low, left_near, table_near).
+        length_is = Signal(WINDOW + 1)
         length = Signal(window_bits + 1)
-        m.d.comb += [
-            room.eq(WINDOW - low),
-            left_near.eq(Mux(left_small, left[:3], 7)),
-            table_near.eq(Mux(by_tables & to_table_small, to_table[:3], 7)),
-            length.eq(room),
-        ]
-        with m.If((left_near <= table_near) & (left_near < room)):
-            m.d.comb += length.eq(left_near)
-        with m.Elif(table_near < room):
-            m.d.comb += length.eq(table_near)
+        high = Signal(window_bits + 1)
+        ends_walk = Signal()
+        ends_table = Signal()
+        fills_window = Signal()        # length == room
+        with m.Switch(Cat(low, left_near, table_near)):
+            for key in range(1 << (window_bits + 6)):
+                low_, left_, table_ = (key & (WINDOW - 1), (key >> window_bits) & 7,
+                                       key >> (window_bits + 3))
+                room_ = WINDOW - low_
+                length_ = min(left_, table_, room_)
+                with m.Case(key):
+                    m.d.comb += [length_is[length_].eq(1), length.eq(length_),
+                                 high.eq(low_ + length_), ends_walk.eq(left_ == length_),
+                                 ends_table.eq(table_ == length_),
+                                 fills_window.eq(room_ == length_)]
         # Where the cursor and the distances go for each length a step may have, from the
         # registers alone: the step's length only chooses among them, so its logic (behind
         # the three distances) is not in front of 32-bit adders and their "below 8" checks
         # (a ULX3S build's lookup paths into `left_small`, `at_table_start` and the line's
         # ready, 15-18 ns).
+        def near(distance, applies=1):
+            return Mux(applies & (distance < 8), distance[:3], 7)
+
         segment_end = Signal(32)
         left_after = Signal(32)
-        left_after_small = Signal()
+        left_near_after = Signal(3)
         to_table_after = Signal(16)
-        to_table_after_small = Signal()
+        table_near_after = Signal(3)
+        chosen = {name: [] for name in ("end", "left", "left_near", "to_table", "table_near")}
         for k in range(WINDOW + 1):
             left_k = Signal(32, name=f"left_after_{k}")
             to_table_k = Signal(16, name=f"to_table_after_{k}")
             end_k = Signal(32, name=f"segment_end_{k}")
             m.d.comb += [left_k.eq(left - k), to_table_k.eq(to_table - k), end_k.eq(cursor + k)]
-            with m.If(length == k):
-                m.d.comb += [
-                    segment_end.eq(end_k),
-                    left_after.eq(left_k), left_after_small.eq(left_k < 8),
-                    to_table_after.eq(to_table_k), to_table_after_small.eq(to_table_k < 8),
-                ]
-        ends_walk = Signal()
-        ends_table = Signal()
-        high = Signal(window_bits + 1)
-        m.d.comb += [
-            ends_walk.eq(left_small & (left[:3] == length)),
-            ends_table.eq(by_tables & to_table_small & (to_table[:3] == length)),
-            high.eq(low + length),
-        ]
+            for name, value in (("end", end_k), ("left", left_k), ("left_near", near(left_k)),
+                                ("to_table", to_table_k),
+                                ("table_near", near(to_table_k, by_tables))):
+                chosen[name].append(Mux(length_is[k], value, 0))
+        for target, name in ((segment_end, "end"), (left_after, "left"),
+                             (left_near_after, "left_near"), (to_table_after, "to_table"),
+                             (table_near_after, "table_near")):
+            m.d.comb += target.eq(functools.reduce(operator.or_, chosen[name]))
         mask = lane_mask(m, low, high, name="mask", lanes=WINDOW)
 
         # What a segment's checks read: the window's entries, the value each must not be
@@ -238,7 +245,7 @@ class OffsetsValidator(wiring.Component):
         m.d.comb += first_window.eq(cursor[window_bits:] == 0)
         for j in range(WINDOW):
             # Lane j holds entry end - 1 when it is the left-th entry from the cursor.
-            m.d.comb += is_last[j].eq(left_small & (left[:3] == j + 1 - low) & (low <= j))
+            m.d.comb += is_last[j].eq((left_near == j + 1 - low) & (low <= j))
         befores = [previous if j == 0 else Mux(low == j, previous, values[j - 1])
                    for j in range(WINDOW)]
         segment = {"values": values, "befores": befores, "first_window": first_window,
@@ -287,7 +294,7 @@ class OffsetsValidator(wiring.Component):
                     m.d.comb += first_value.eq(values[j])
 
         last_window_of_line = cursor[window_bits:4] == (LANES // WINDOW) - 1
-        finishes_line = ends_walk | (last_window_of_line & (length == room))
+        finishes_line = ends_walk | (last_window_of_line & fills_window)
         # A table start is captured a cycle after the step that finds it: the decision (a
         # 32-bit comparison behind the line's valid) then drives one register, not the enables
         # of every `table_starts` flip-flop. `done` waits for that write.
@@ -324,15 +331,17 @@ class OffsetsValidator(wiring.Component):
 
         m.d.comb += next_cursor.eq(Mux(self.start, self.first, Mux(step, segment_end, cursor)))
         with m.If(self.start):
-            left_at_start = self.end - self.first
+            left_at_start = Signal(32)
+            by_tables_at_start = (self.mode == OffsetsMode.CHECK) & (self.bags != 0)
+            m.d.comb += left_at_start.eq(self.end - self.first)
             m.d.sync += [
                 mode.eq(self.mode), capture.eq(self.capture), end.eq(self.end),
                 bags.eq(self.bags), num_indices.eq(self.num_indices),
                 threshold.eq(self.threshold), cursor.eq(self.first),
-                by_tables.eq((self.mode == OffsetsMode.CHECK) & (self.bags != 0)),
-                left.eq(left_at_start), left_small.eq(left_at_start < 8),
-                to_table.eq(self.bags), to_table_small.eq(self.bags < 8),
-                bags_small.eq(self.bags < 8), at_table_start.eq(1),
+                by_tables.eq(by_tables_at_start),
+                left.eq(left_at_start), left_near.eq(near(left_at_start)),
+                to_table.eq(self.bags), table_near.eq(near(self.bags, by_tables_at_start)),
+                bags_near.eq(near(self.bags, by_tables_at_start)), at_table_start.eq(1),
                 active.eq(self.first != self.end), table.eq(0), table_entry.eq(0),
                 previous_end.eq(0), self.count.eq(0),
                 self.lines_done.eq(0), self.error.eq(ERROR_LAYOUT.const({})),
@@ -346,16 +355,15 @@ class OffsetsValidator(wiring.Component):
                              capture_table.eq(table)]
             m.d.sync += [cursor.eq(segment_end), previous_end.eq(high),
                          *(r.eq(v) for r, v in zip(previous_values, values, strict=True)),
-                         left.eq(left_after), left_small.eq(left_after_small),
+                         left.eq(left_after), left_near.eq(left_near_after),
                          at_table_start.eq(ends_table)]
             with m.If(ends_walk):
                 m.d.sync += active.eq(0)
             with m.If(ends_table):
                 m.d.sync += [table.eq(table + 1), table_entry.eq(table_entry + bags),
-                             to_table.eq(bags), to_table_small.eq(bags_small)]
+                             to_table.eq(bags), table_near.eq(bags_near)]
             with m.Else():
-                m.d.sync += [to_table.eq(to_table_after),
-                             to_table_small.eq(to_table_after_small)]
+                m.d.sync += [to_table.eq(to_table_after), table_near.eq(table_near_after)]
 
         with m.If(~self.start):
             m.d.sync += [
