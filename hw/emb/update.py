@@ -185,7 +185,8 @@ class UpdateEngine(wiring.Component):
         walkers' and the command checker's checks compare registers
         (``OccurrenceWalker(registered_checks=)``: 13 cycles more per MEAN bag and a cycle
         per walk; ``CommandChecker(registered_region_checks=)``: a cycle per extent checked);
-        each walk starts a cycle after the sequencer decides it, from flip-flops; and without
+        each walk and the index check start a cycle after the sequencer decides them, from
+        flip-flops; and without
         ``relaxed_lookup`` each lane's part of the gradient buffer is written a cycle after
         its sum, from registers of its own (``UpdateDatapath(registered_writes=)``).
         Results are the same. Default False.
@@ -528,6 +529,27 @@ class UpdateEngine(wiring.Component):
         index_lines = per_command("index_lines", LineRequester(
             line_address_width=line_address_width,
             registered_request=self._fpga_pipelining))
+        # With fpga_pipelining the index check starts a cycle after the sequencer decides
+        # it, from a flip-flop, as the walks do (`walk_of`): the walk's end, masked while a
+        # walk starts, reached the index validator's and the index lines' registers (18 ns
+        # in the netlist). Its result from the previous command does not count meanwhile.
+        index_check_launching = Signal()
+        index_check_error = Signal(ErrorCode)
+        index_check_done = Signal()
+        m.d.comb += [index_check_error.eq(index_validator.error.code),
+                     index_check_done.eq(index_validator.done)]
+        if self._fpga_pipelining:
+            m.d.sync += index_check_launching.eq(0)
+            m.d.comb += [index_validator.start.eq(index_check_launching),
+                         index_lines.start.eq(index_check_launching)]
+            with m.If(index_check_launching):
+                m.d.comb += [index_check_error.eq(ErrorCode.NONE), index_check_done.eq(0)]
+
+        def start_index_check():
+            if self._fpga_pipelining:
+                m.d.sync += index_check_launching.eq(1)
+            else:
+                m.d.comb += [index_validator.start.eq(1), index_lines.start.eq(1)]
 
         # The command, latched when accepted.
         command = Signal(command_layout(aw))
@@ -998,7 +1020,7 @@ class UpdateEngine(wiring.Component):
                     record(walk_status)
                     drain()
                 with m.Elif(walk_status.done):
-                    m.d.comb += [index_validator.start.eq(1), index_lines.start.eq(1)]
+                    start_index_check()
                     m.d.sync += checking_index_lines.eq(1)
                     m.next = "Validate-Indices"
 
@@ -1007,10 +1029,10 @@ class UpdateEngine(wiring.Component):
                 # `checking_index_lines` keeps from the datapath until the next command.)
                 with m.If(bus_error):
                     drain()
-                with m.Elif(index_validator.error.code != ErrorCode.NONE):
+                with m.Elif(index_check_error != ErrorCode.NONE):
                     start_walk(WalkMode.INDICES)
                     m.next = "Locate-Index"
-                with m.Elif(index_validator.done):
+                with m.Elif(index_check_done):
                     m.d.sync += checking_index_lines.eq(0)
                     start_walk(WalkMode.UPDATE)
                     m.next = "Accumulate"

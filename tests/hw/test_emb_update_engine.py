@@ -242,6 +242,8 @@ def test_a_good_command_after_aborted_ones(corner):
 
     assert runs[0].status.error == expected_status(
         bad, max_tables=params["max_tables"], max_dim=params["max_dim"])["error"]
+    # Refused by the validation, before any chunk's rows are written.
+    assert bytes(runs[0].image) == bytes(bad.image)
     for run in runs[1:3]:
         assert (run.status.error, run.status.table, run.status.bag, run.status.position) == (
             ErrorCode.BUS_ERROR, 0, 0, 0)
