@@ -542,6 +542,14 @@ class LookupEngine(wiring.Component):
         with m.Elif(issuer.error.code != ErrorCode.NONE):
             m.d.comb += found.eq(issuer.error)
         failed = found.code != ErrorCode.NONE
+        # The error is recorded a cycle after it stops the pass, in Abort's first cycle, from
+        # a register loaded every cycle: the priority then reaches the state and two
+        # flip-flops, not the enables of the status fields behind it (19 ns in the netlist).
+        # Abort lasts that cycle at least, so Locate reads the recorded table.
+        found_then = Signal(ERROR_LAYOUT)
+        recording = Signal()             # Abort's first cycle: record `found_then`
+        locate_then = Signal()           # the error stops the validation (Locate may follow)
+        m.d.sync += found_then.eq(found)
 
         def start_window(name, first_line, lines):
             m.d.comb += [windows[name].start.eq(1),
@@ -633,10 +641,7 @@ class LookupEngine(wiring.Component):
                     m.d.comb += index_validator.start.eq(1)
                     m.d.sync += index_started.eq(1)
                 with m.If(failed):
-                    m.d.sync += [status.error.eq(found.code), status.table.eq(found.table),
-                                 status.bag.eq(found.bag), status.position.eq(found.position),
-                                 locate.eq(found.code == ErrorCode.INDEX_OUT_OF_RANGE),
-                                 aborting.eq(1)]
+                    m.d.sync += [recording.eq(1), locate_then.eq(1), aborting.eq(1)]
                     m.next = "Abort"
                 with m.Elif(offsets_validator.done & index_started & index_validator.done):
                     with m.If(fits):
@@ -656,20 +661,25 @@ class LookupEngine(wiring.Component):
                 finished = (offsets_validator.done & index_validator.done & bags.done
                             & issuer.idle & requests_idle & all_quiet)
                 with m.If(failed):
-                    m.d.sync += [status.error.eq(found.code), status.table.eq(found.table),
-                                 status.bag.eq(found.bag), status.position.eq(found.position),
-                                 locate.eq(0), aborting.eq(1)]
+                    m.d.sync += [recording.eq(1), locate_then.eq(0), aborting.eq(1)]
                     m.next = "Abort"
                 with m.Elif(finished):
                     m.next = "Done"
             with m.State("Abort"):
                 # The failing table's offsets entries, for Locate, into registers: the
                 # multiplier is then not in front of the window's and the validator's start
-                # arithmetic (a ULX3S build's longest path). The error was recorded as Abort
-                # began, so they are final by Locate.
+                # arithmetic (a ULX3S build's longest path). The error is recorded in Abort's
+                # first cycle, which never leaves, so they are final by Locate.
                 m.d.sync += [locate_first.eq(status.table * command.bags),
-                             locate_end.eq(status.table * command.bags + command.bags)]
-                with m.If(all_quiet):
+                             locate_end.eq(status.table * command.bags + command.bags),
+                             recording.eq(0)]
+                with m.If(recording):
+                    m.d.sync += [
+                        status.error.eq(found_then.code), status.table.eq(found_then.table),
+                        status.bag.eq(found_then.bag), status.position.eq(found_then.position),
+                        locate.eq(locate_then & (found_then.code == ErrorCode.INDEX_OUT_OF_RANGE)),
+                    ]
+                with m.Elif(all_quiet):
                     m.d.sync += aborting.eq(0)
                     with m.If(locate):
                         m.next = "Locate"
