@@ -181,7 +181,7 @@ class UpdateEngine(wiring.Component):
         (a cycle more per command); the walker hands its occurrences to the gradient fetch,
         and the unique rows theirs to the accumulation, through skid buffers
         (:class:`hw.skid.SkidBuffer`: a cycle of latency each, no loss of rate), as do the
-        row and gradient lines on their way from the read router to the datapath; the
+        row lines on their way from the read router to the datapath; the
         walkers' and the command checker's checks compare registers
         (``OccurrenceWalker(registered_checks=)``: 13 cycles more per MEAN bag and a cycle
         per walk; ``CommandChecker(registered_region_checks=)``: a cycle per extent checked);
@@ -763,9 +763,7 @@ class UpdateEngine(wiring.Component):
             datapath.accumulate.payload.lines.eq(occurrence.data.lines),
             accumulations.ready.eq(datapath.accumulate.ready),
         ]
-        # (And the gradient lines through one too: the accumulation's decision to take a line
-        # then stops there, not at the router's line FIFO and its read-address copies.)
-        through_skid("gradient_lines", router.gradient_response, datapath.gradient)
+        wiring.connect(m, router.gradient_response, datapath.gradient)
 
         # Rows of a chunk: row fetch -> router -> datapath -> write queue.
         m.d.comb += [
