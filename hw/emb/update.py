@@ -74,7 +74,7 @@ from .update_checks import CommandChecker
 from .update_correct import CorrectionSequencer
 from .update_datapath import UpdateDatapath
 from .update_fetch import GradientFetch, RowFetch, chunk_occurrence_layout
-from .update_reads import LINE_BITS, LineRequester, ReadRouter, WordReader
+from .update_reads import LineRequester, ReadRouter, WordReader
 from .update_rows import UniqueRows
 from .update_walker import OccurrenceWalker, WalkMode, error_layout
 from .update_writes import WriteQueue
@@ -180,8 +180,7 @@ class UpdateEngine(wiring.Component):
         and the per-command reset comes from a flip-flop, a cycle after a command is accepted
         (a cycle more per command); the walker hands its occurrences to the gradient fetch,
         and the unique rows theirs to the accumulation, through skid buffers
-        (:class:`hw.skid.SkidBuffer`: a cycle of latency each, no loss of rate), as do the
-        row lines on their way from the read router to the datapath; the
+        (:class:`hw.skid.SkidBuffer`: a cycle of latency each, no loss of rate); the
         walkers' and the command checker's checks compare registers
         (``OccurrenceWalker(registered_checks=)``: 13 cycles more per MEAN bag and a cycle
         per walk; ``CommandChecker(registered_region_checks=)``: a cycle per extent checked);
@@ -781,26 +780,16 @@ class UpdateEngine(wiring.Component):
         # path, 17.8 ns). A request waiting there keeps the fetch busy (its line is counted
         # as pending), so nothing else needs to wait for it.
         row_requests, _ = skidded("row_requests", row_fetch.request)
-        # And the row lines reach the datapath through one (a cycle of latency): the
-        # apply's decision to take a line then stops there, not at the router's line FIFO
-        # and its read-address copies (15.3 ns). A line waiting there keeps its context in
-        # the fetch's queue, so the fetch stays busy until the datapath takes it.
-        if self._fpga_pipelining:
-            apply_rows = per_command("apply_rows", SkidBuffer(shape=LINE_BITS))
-            wiring.connect(m, apply_rows.o, datapath.rows)
-            apply_rows = apply_rows.i
-        else:
-            apply_rows = datapath.rows
         m.d.comb += [
             rows_request.valid.eq(Mux(checking, requests.valid, row_requests.valid)),
             rows_request.payload.eq(Mux(checking, requests.payload, row_requests.payload)),
             requests.ready.eq(checking & rows_request.ready),
             row_requests.ready.eq(~checking & rows_request.ready),
             index_validator.lines.valid.eq(checking & rows_response.valid),
-            apply_rows.valid.eq(~checking & rows_response.valid),
+            datapath.rows.valid.eq(~checking & rows_response.valid),
             rows_response.ready.eq(Mux(checking, index_validator.lines.ready,
-                                       apply_rows.ready)),
-            apply_rows.payload.eq(rows_response.payload),
+                                       datapath.rows.ready)),
+            datapath.rows.payload.eq(rows_response.payload),
             index_validator.lines.payload.eq(rows_response.payload),
         ]
 
