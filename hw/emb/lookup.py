@@ -136,9 +136,7 @@ class LookupEngine(wiring.Component):
         does each bag's descriptor (:class:`~hw.emb.bags.BagSequencer`); each FP lane gets
         its own copy of the pooler's operand choice and factor registers, and each 32-bit
         lane of the offset and index line streams its own copy of their read pointer
-        (:mod:`hw.fanout`), and their lines leave through skid buffers
-        (:class:`~hw.mem.line_stream.LinePrefetch`, ``registered_output``: a cycle more before
-        a walk's first line); and the offset, index and weight windows ask for lines from
+        (:mod:`hw.fanout`); and the offset, index and weight windows ask for lines from
         registers (:class:`~hw.mem.line_stream.LineStream`, ``registered_fetch``); a sequential
         MEAN divider finds one quotient bit a cycle, not two; and the issuer's read requests
         pass a skid buffer (:class:`~hw.skid.SkidBuffer`) on their way to the reorder buffer,
@@ -309,15 +307,10 @@ class LookupEngine(wiring.Component):
         # With fpga_pipelining each 32-bit lane of a line is picked by its own pointer copy,
         # and each lane's part of the reorder buffer's lines and of the writer's queue is
         # addressed by its own registers.
-        # And their lines reach the validators and the bag sequencer through skid buffers, so
-        # those consumers' decisions to take a line stop there, not at the pointer copies
-        # (14-15 ns into them on ULX3S builds).
         pointer_copies = LANES if self._fpga_pipelining else 1
-        prefetch = {"pointer_copies": pointer_copies,
-                    "registered_output": self._fpga_pipelining}
-        m.submodules.offsets_check = offsets_check = LinePrefetch(**prefetch)
-        m.submodules.offsets_use = offsets_use = LinePrefetch(**prefetch)
-        m.submodules.indices_check = indices_check = LinePrefetch(**prefetch)
+        m.submodules.offsets_check = offsets_check = LinePrefetch(pointer_copies=pointer_copies)
+        m.submodules.offsets_use = offsets_use = LinePrefetch(pointer_copies=pointer_copies)
+        m.submodules.indices_check = indices_check = LinePrefetch(pointer_copies=pointer_copies)
         m.submodules.offsets_validator = offsets_validator = OffsetsValidator(
             max_tables=self._max_tables, registered_window=self._fpga_pipelining)
         m.submodules.index_validator = index_validator = IndexValidator(

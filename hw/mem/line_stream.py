@@ -9,14 +9,13 @@ window simply holds the whole buffer.
 All reads of one stream use one AXI ID, so they return in order and land in order.
 """
 
-from amaranth.hdl import Module, Mux, ResetInserter, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from hw.fanout import lane_copies
 from hw.params import check_bool
-from hw.skid import SkidBuffer
 
 __all__ = ["LinePrefetch", "LineStream"]
 
@@ -173,10 +172,6 @@ class LinePrefetch(wiring.Component):
         The read pointer that picks a buffered line for ``lines.payload`` is held in this many
         registers, each choosing an equal part of the line (:func:`hw.fanout.lane_copies`):
         on an FPGA one pointer steering all 512 bits is a net spread over the die. Default 1.
-    registered_output : bool
-        ``lines`` leaves through a :class:`~hw.skid.SkidBuffer` (emptied by ``restart``): the
-        consumer's ``ready`` then stops at its flip-flops, not at the read pointer and its
-        copies, for a cycle more before the first line (then one a cycle). Default False.
 
     Members
     -------
@@ -192,14 +187,13 @@ class LinePrefetch(wiring.Component):
 
     DEPTH = 3
 
-    def __init__(self, *, line_width=512, pointer_copies=1, registered_output=False):
+    def __init__(self, *, line_width=512, pointer_copies=1):
         if (not isinstance(pointer_copies, int) or isinstance(pointer_copies, bool)
                 or pointer_copies < 1 or line_width % pointer_copies):
             raise ValueError(f"Pointer copies must be a positive integer that divides the "
                              f"line width {line_width}, not {pointer_copies!r}")
         self._line_width = line_width
         self._pointer_copies = pointer_copies
-        self._registered_output = check_bool("Registered output", registered_output)
         super().__init__({
             "restart": In(1),
             "first": In(COUNT_WIDTH),
@@ -220,20 +214,14 @@ class LinePrefetch(wiring.Component):
         out_ptr = Signal(range(depth))
         in_ptr = Signal(range(depth))
 
-        lines = self.lines
-        if self._registered_output:
-            output = m.submodules.output = ResetInserter(self.restart)(
-                SkidBuffer(shape=self._line_width))
-            wiring.connect(m, output.o, wiring.flipped(self.lines))
-            lines = output.i
         issue = Signal()
         m.d.comb += [
             issue.eq(~self.restart & (fetch_ptr != self.limit)
                      & (level + in_flight < depth)),
             self.addr.eq(fetch_ptr),
-            lines.valid.eq(level != 0),
+            self.lines.valid.eq(level != 0),
         ]
-        pop = lines.valid & lines.ready
+        pop = self.lines.valid & self.lines.ready
         out_ptr_next = Signal(range(depth))
         m.d.comb += out_ptr_next.eq(out_ptr)
         with m.If(self.restart):
@@ -249,7 +237,7 @@ class LinePrefetch(wiring.Component):
             with m.Switch(pointer):
                 for k in range(depth):
                     with m.Case(k):
-                        m.d.comb += lines.payload[bits].eq(slots[k][bits])
+                        m.d.comb += self.lines.payload[bits].eq(slots[k][bits])
 
         # The slot a landing line goes to, chosen per part of the line by copies of its own
         # of `in_flight` and `in_ptr`: one decode enabling all of a slot's bits was a net to

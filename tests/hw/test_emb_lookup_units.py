@@ -135,19 +135,16 @@ def test_reorder_buffer_rejects_bad_depth():
 
 # ------------------------------------------------------------- line stream and prefetch
 
-@pytest.mark.parametrize(("pointer_copies", "registered_fetch", "registered_output"),
-                         [(1, False, False), (4, False, False), (1, True, False),
-                          (4, True, True)])
-def test_line_stream_respects_its_window_and_lands_in_order(pointer_copies, registered_fetch,
-                                                            registered_output):
+@pytest.mark.parametrize(("pointer_copies", "registered_fetch"),
+                         [(1, False), (4, False), (1, True)])
+def test_line_stream_respects_its_window_and_lands_in_order(pointer_copies, registered_fetch):
     from amaranth.hdl import Module
 
     capacity = 4
     m = Module()
     m.submodules.stream = window = LineStream(capacity=capacity, addr_width=20, line_width=32,
                                               registered_fetch=registered_fetch)
-    m.submodules.prefetch = prefetch = LinePrefetch(line_width=32, pointer_copies=pointer_copies,
-                                                    registered_output=registered_output)
+    m.submodules.prefetch = prefetch = LinePrefetch(line_width=32, pointer_copies=pointer_copies)
     m.d.comb += [window.check_addr.eq(prefetch.addr), prefetch.data.eq(window.check_data),
                  prefetch.limit.eq(window.written)]
     draw = random.Random(5)
@@ -192,17 +189,13 @@ def test_line_stream_respects_its_window_and_lands_in_order(pointer_copies, regi
     assert got == [(100 + k) * 7 for k in range(count)]
 
 
-@pytest.mark.parametrize(("pointer_copies", "registered_output"),
-                         [(1, False), (4, False), (4, True)])
+@pytest.mark.parametrize("pointer_copies", [1, 4])
 @pytest.mark.parametrize("taken", [1, 2, 3])
 @pytest.mark.parametrize("stalled", [0, 1, 2])
-def test_line_prefetch_restarts_while_a_line_lands(pointer_copies, registered_output, taken,
-                                                   stalled):
-    """A restart while slots are full and a read is in flight drops them (and the line
-    waiting in the output's skid buffer): the lines after it come from the new first line,
-    whichever slot the old stream had reached."""
-    prefetch = LinePrefetch(line_width=32, pointer_copies=pointer_copies,
-                            registered_output=registered_output)
+def test_line_prefetch_restarts_while_a_line_lands(pointer_copies, taken, stalled):
+    """A restart while slots are full and a read is in flight drops them: the lines after
+    it come from the new first line, whichever slot the old stream had reached."""
+    prefetch = LinePrefetch(line_width=32, pointer_copies=pointer_copies)
 
     async def window(ctx):  # a read port: the line at `addr`, a cycle later
         async for _, _, address in ctx.tick().sample(prefetch.addr):
@@ -267,11 +260,6 @@ def test_line_stream_reads_a_line_per_cycle_and_stops_at_its_count(registered_fe
 def test_line_stream_rejects_a_registered_fetch_that_is_not_a_bool():
     with pytest.raises(TypeError, match=r"^Registered fetch must be True or False, not 1$"):
         LineStream(capacity=4, addr_width=20, registered_fetch=1)
-
-
-def test_line_prefetch_rejects_a_registered_output_that_is_not_a_bool():
-    with pytest.raises(TypeError, match=r"^Registered output must be True or False, not 1$"):
-        LinePrefetch(line_width=32, registered_output=1)
 
 
 @pytest.mark.parametrize("copies", [0, 3, True, 2.0])
