@@ -62,7 +62,7 @@ from .gather import OpKind
 __all__ = ["Pooler"]
 
 LANES = 16
-LANE_GROUPS = 4  # group copies between an op and the lanes' copies (``registered_hazard``)
+LANE_GROUPS = 4  # group copies between a register and the lanes' copies of it (module docstring)
 _NEGATIVE_ZERO_LINE = Const(int("80000000" * LANES, 16), 32 * LANES)
 
 

@@ -185,10 +185,9 @@ class UpdateEngine(wiring.Component):
         (``OccurrenceWalker(registered_checks=)``: 13 cycles more per MEAN bag and a cycle
         per walk; ``CommandChecker(registered_region_checks=)``: a cycle per extent checked);
         each walk and the index check start a cycle after the sequencer decides them, from
-        flip-flops; and without
-        ``relaxed_lookup`` each lane's part of the gradient buffer is written a cycle after
-        its sum, from registers of its own (``UpdateDatapath(registered_writes=)``).
-        Results are the same. Default False.
+        flip-flops; and without ``relaxed_lookup`` each lane's part of the gradient buffer
+        is written a cycle after its sum, from registers of its own
+        (``UpdateDatapath(registered_writes=)``). Results are the same. Default False.
     lane_fold : int
         Cycles a line takes through the multiplier and adder: folded
         :class:`~hw.fp.FPLanes` of ``16 / lane_fold`` units each, for FPGA builds that trade
