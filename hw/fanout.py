@@ -13,12 +13,16 @@ simulation the copies are ordinary registers with the same value.
 
 from amaranth.hdl import Signal
 
-__all__ = ["KEEP_REPLICAS_SCRIPT", "REPLICA_ATTRIBUTE", "WORD_SELECT_COPIES", "lane_copies",
-           "replicated_register", "staged_copies", "word_of_line"]
+__all__ = ["KEEP_REPLICAS_SCRIPT", "LANE_GROUPS", "REPLICA_ATTRIBUTE", "WORD_SELECT_COPIES",
+           "lane_copies", "replicated_register", "staged_copies", "word_of_line"]
 
 #: Copies of a word's select in :func:`word_of_line` with ``replicate``: each chooses 4 of a
 #: 32-bit word's bits.
 WORD_SELECT_COPIES = 8
+
+#: Group copies between a register and the 16 FP lanes' copies of it in :func:`staged_copies`
+#: (four lanes a group).
+LANE_GROUPS = 4
 
 #: Wire attribute of every copy made by :func:`replicated_register`.
 REPLICA_ATTRIBUTE = "trainingcxl_replica"

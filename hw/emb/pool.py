@@ -51,7 +51,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.fanout import lane_copies, staged_copies
+from hw.fanout import LANE_GROUPS, lane_copies, staged_copies
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
 from hw.fp.lanes import check_fold, folded_latency
@@ -62,7 +62,6 @@ from .gather import OpKind
 __all__ = ["Pooler"]
 
 LANES = 16
-LANE_GROUPS = 4  # group copies between a register and the lanes' copies of it (module docstring)
 _NEGATIVE_ZERO_LINE = Const(int("80000000" * LANES, 16), 32 * LANES)
 
 

@@ -37,7 +37,7 @@ from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.fanout import lane_copies, replicated_register, staged_copies
+from hw.fanout import LANE_GROUPS, lane_copies, replicated_register, staged_copies
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
 from hw.fp.common import check_stages
 from hw.fp.lanes import check_fold, folded_latency
@@ -788,7 +788,7 @@ class UpdateDatapath(wiring.Component):
         # 16 lanes (a ULX3S build's 18.3 ns net, where synthesis had merged a constant `lr`
         # bit's register with another that holds a 1), and copies loaded straight from
         # `lr`'s logic moved that net in front of them (19.1 ns).
-        lrs = (staged_copies(m, self.lr, copies=_LANES, groups=4, name="lr")
+        lrs = (staged_copies(m, self.lr, copies=_LANES, groups=LANE_GROUPS, name="lr")
                if self._lane_replicas else [self.lr] * _LANES)
         for k in range(_LANES):
             lane = slice(32 * k, 32 * (k + 1))
