@@ -574,8 +574,23 @@ class LookupEngine(wiring.Component):
         # issuer's registers). Idle with no read requested stays so until a start, so the
         # value sampled in Rewind a cycle earlier still holds.
         streams_quiet = streams_idle & ~Cat(window.ar.valid for window in windows.values()).any()
-        rewind_quiet = Signal()
-        m.d.sync += rewind_quiet.eq(0)
+        # Each pass, and Locate's count, starts from a flip-flop set the cycle before, not
+        # from the state's decode: the start reaches hundreds of enables in the validators,
+        # windows, bag sequencer and issuer (the state decode, the OR of the start conditions
+        # and the offsets validator's table enable were the netlist's longest lookup path).
+        pass_begins = Signal()   # a pass starts this cycle ...
+        first_pass = Signal()    # ... the first (it captures the table starts)
+        locate_begins = Signal()  # Locate's count starts this cycle
+        m.d.sync += [pass_begins.eq(0), locate_begins.eq(0)]
+        with m.If(pass_begins):
+            start_pass(keep_data=fits | ~first_pass, capture=first_pass)
+        with m.If(locate_begins):
+            # Count the table's bag starts at or below the index position: that is the bag.
+            first_line = locate_first >> 4
+            last_line = (locate_end + 15) >> 4
+            start_window("offsets", first_line, last_line - first_line)
+            start_offsets_validator(OffsetsMode.COUNT, capture=0, first=locate_first,
+                                    end=locate_end, threshold=status.position)
         # In state Abort, from a flip-flop of its own rather than the state's decode: the
         # windows' `stop` is in front of the read-address priority, the reorder buffer's
         # `ready` and what it allocates (a ULX3S build's lookup paths, 15 ns).
@@ -619,10 +634,10 @@ class LookupEngine(wiring.Component):
                         m.d.sync += [fits.eq(fits_now), weighted.eq(checker.weighted),
                                      keep.eq(fits_now), index_started.eq(0)]
                         m.d.comb += [pooler.start.eq(1), writer.start.eq(1)]
+                        m.d.sync += [pass_begins.eq(1), first_pass.eq(1)]
                         m.next = "Start"
             with m.State("Start"):
-                start_pass(keep_data=fits, capture=1)
-                m.next = "Validate"
+                m.next = "Validate"  # (the first pass starts: pass_begins)
             with m.State("Validate"):
                 # The index validator starts whatever `failed` says: its start (which loads
                 # its table registers and their per-lane copies) then comes from flip-flops,
@@ -643,12 +658,12 @@ class LookupEngine(wiring.Component):
                         m.next = "Rewind"
             with m.State("Rewind"):
                 # Pass 2: stream everything again, now into the gather.
-                m.d.sync += rewind_quiet.eq(streams_quiet)
-                with m.If(rewind_quiet):
-                    start_pass(keep_data=1, capture=0)
+                with m.If(pass_begins):
                     m.d.comb += index_validator.start.eq(1)
                     m.d.sync += keep.eq(1)
                     m.next = "Gather"
+                with m.Else():
+                    m.d.sync += [pass_begins.eq(streams_quiet), first_pass.eq(0)]
             with m.State("Gather"):
                 m.d.comb += writer.enable.eq(1)
                 finished = (offsets_validator.done & index_validator.done & bags.done
@@ -675,17 +690,12 @@ class LookupEngine(wiring.Component):
                 with m.Elif(all_quiet):
                     m.d.sync += aborting.eq(0)
                     with m.If(locate):
+                        m.d.sync += locate_begins.eq(1)
                         m.next = "Locate"
                     with m.Else():
                         m.next = "Done"
             with m.State("Locate"):
-                # Count the table's bag starts at or below the index position: that is the bag.
-                first_line = locate_first >> 4
-                last_line = (locate_end + 15) >> 4
-                start_window("offsets", first_line, last_line - first_line)
-                start_offsets_validator(OffsetsMode.COUNT, capture=0, first=locate_first,
-                                        end=locate_end, threshold=status.position)
-                m.d.sync += keep.eq(0)
+                m.d.sync += keep.eq(0)  # (the count starts: locate_begins)
                 m.next = "Counting"
             with m.State("Counting"):
                 with m.If(offsets_validator.done & windows["offsets"].idle):

@@ -155,9 +155,11 @@ def test_lookup_end_to_end_in_pysim(mean_reciprocal, changes, ar_stall_seed):
     # Several modes and dims; its last table has indices (the error case below uses it).
     case = draw(lambda c: c.offsets[-1] > c.offsets[-1 - c.bags], max_tables=3,
                 dims=(16, 32, 64), max_bags=3, max_bag=5, max_rows=9, specials=True)
-    # Bigger than the 32-entry windows: the two-pass flow.
-    big = draw(lambda c: c.indices.size > 32, max_tables=2, dims=(16,), max_bags=6,
-               max_bag=12, max_rows=9, modes=[PoolingMode.MEAN])
+    # Bigger than the 32-entry windows: the two-pass flow. Its weighted table's weights are
+    # read again in the second pass.
+    big = draw(lambda c: c.indices.size > 32 and len(c.tables) == 2, max_tables=2,
+               dims=(16,), max_bags=6, max_bag=12, max_rows=9,
+               modes=[PoolingMode.WEIGHTED, PoolingMode.MEAN])
     bad = LookupCase(case.tables, case.modes, case.bags, case.indices.copy(),
                      case.offsets, case.weights)
     bad.indices[-1] = case.tables[-1].shape[0]
