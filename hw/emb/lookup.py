@@ -340,8 +340,10 @@ class LookupEngine(wiring.Component):
         if self._shared_lanes:
             wiring.connect(m, wiring.flipped(self.mul_lanes), pooler.mul_lanes)
             wiring.connect(m, wiring.flipped(self.add_lanes), pooler.add_lanes)
-        m.submodules.writer = writer = LineWriter(depth=self._output_depth, addr_width=aw,
-                                                  slices=pointer_copies)
+        # Registered beats, free with folded lanes (a pooled line every second cycle at most).
+        m.submodules.writer = writer = LineWriter(
+            depth=self._output_depth, addr_width=aw, slices=pointer_copies,
+            registered_beats=self._fpga_pipelining and self._lane_fold > 1)
 
         command = Signal(command_layout(aw))
         defer_mean = Signal()

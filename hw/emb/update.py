@@ -57,6 +57,7 @@ from amaranth.lib.wiring import In, Out
 from hw.fp import FPAdd, FPMul, fp_lanes_signature
 from hw.fp.lanes import check_fold, folded_latency
 from hw.mem.axi import AXI4Signature
+from hw.mem.write_queue import WriteQueue
 from hw.skid import SkidBuffer
 
 from .layouts import (
@@ -77,7 +78,6 @@ from .update_fetch import GradientFetch, RowFetch, chunk_occurrence_layout
 from .update_reads import LineRequester, ReadRouter, WordReader
 from .update_rows import UniqueRows
 from .update_walker import OccurrenceWalker, WalkMode, error_layout
-from .update_writes import WriteQueue
 from .validate import IndexValidator
 
 __all__ = ["UpdateEngine"]

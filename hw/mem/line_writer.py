@@ -5,6 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .sliced_fifo import SlicedFIFO, check_slices
+from .write_queue import WriteQueue
 
 __all__ = ["LineWriter"]
 
@@ -14,9 +15,13 @@ class LineWriter(wiring.Component):
 
     Lines wait in a FIFO of ``depth`` entries (:class:`hw.mem.sliced_fifo.SlicedFIFO`, in
     ``slices`` parts with their own write enable and pointers) until ``enable``; each leaves
-    as one AW and one W beat (issued independently, as AXI allows), all with ID 0. ``flush``
-    drops lines that have not started; a line whose AW or W is already on the bus is always
-    completed, as AXI requires.
+    through a :class:`~hw.mem.write_queue.WriteQueue` as one AW and one W beat (issued
+    independently, as AXI allows), all with ID 0. ``flush`` drops lines that have not
+    started; a line whose AW or W is already on the bus is always completed, as AXI requires.
+
+    ``registered_beats`` (see :class:`~hw.mem.write_queue.WriteQueue`) offers the beats from
+    registers of their own: the FIFO's read side then starts at flip-flops, not at the
+    memory's ``awready`` and ``wready``, at a line every second cycle at most.
 
     Members
     -------
@@ -39,7 +44,7 @@ class LineWriter(wiring.Component):
     #: Writes awaiting their B response before the writer pauses (keeps the count bounded).
     MAX_OUTSTANDING = 255
 
-    def __init__(self, *, depth, addr_width, line_width=512, slices=1):
+    def __init__(self, *, depth, addr_width, line_width=512, slices=1, registered_beats=False):
         if not isinstance(depth, int) or depth < 2:
             raise ValueError(f"Depth must be an integer of at least 2, not {depth!r}")
         check_slices(line_width, slices)
@@ -47,6 +52,10 @@ class LineWriter(wiring.Component):
         self._depth = depth
         self._addr_width = addr_width
         self._line_width = line_width
+        self._registered_beats = registered_beats
+        self._issue = WriteQueue(line_address_width=addr_width - 6, line_width=line_width,
+                                 max_outstanding=self.MAX_OUTSTANDING,
+                                 registered_beats=registered_beats)
         super().__init__({
             "lines": In(stream.Signature(data.StructLayout({
                 "line": unsigned(addr_width - 6), "data": unsigned(line_width)}),
@@ -72,43 +81,40 @@ class LineWriter(wiring.Component):
         layout = self.lines.payload.shape()
         m.submodules.queue = queue = SlicedFIFO(width=layout.size, depth=self._depth,
                                                 slices=self._slices)
+        m.submodules.issue = issue = self._issue
+        head = data.View(layout, queue.r_data)
+        # Lines leave once enabled; a flush drops those not offered yet; a line offered
+        # stays offered until it completes, enabled or not (with registered beats the
+        # issue's registers hold it, and the queue's head is not offered yet).
+        offered = Signal()
+        if not self._registered_beats:
+            with m.If(issue.i.ready):
+                m.d.sync += offered.eq(0)
+            with m.Elif(issue.aw.valid | issue.w.valid):
+                m.d.sync += offered.eq(1)
         m.d.comb += [
             queue.w_en.eq(self.lines.valid),
             queue.w_data.eq(self.lines.payload),
             self.level.eq(queue.level),
-        ]
-
-        head = data.View(layout, queue.r_data)
-        address_sent = Signal()
-        data_sent = Signal()
-        started = Signal()  # the head's AW or W has been offered: it must complete
-        outstanding = Signal(range(self.MAX_OUTSTANDING + 1))
-        go = started | (self.enable & ~self.flush & (outstanding != self.MAX_OUTSTANDING))
-        m.d.comb += [
-            self.aw.valid.eq(queue.r_rdy & ~address_sent & go),
-            self.aw.payload.addr.eq(head.line << 6),
-            self.w.valid.eq(queue.r_rdy & ~data_sent & go),
-            self.w.payload.data.eq(head.data),
-            self.b.ready.eq(1),
+            issue.i.valid.eq(queue.r_rdy & (self.enable | self.flush | offered)),
+            issue.i.payload.address.eq(head.line),
+            issue.i.payload.data.eq(head.data),
+            queue.r_en.eq(issue.i.ready),
+            issue.stop.eq(self.flush),
+            self.aw.valid.eq(issue.aw.valid),
+            self.aw.payload.addr.eq(issue.aw.payload << 6),
+            issue.aw.ready.eq(self.aw.ready),
+            self.w.valid.eq(issue.w.valid),
+            self.w.payload.data.eq(issue.w.payload),
+            issue.w.ready.eq(self.w.ready),
+            issue.b.valid.eq(self.b.valid),
+            issue.b.payload.eq(self.b.payload.resp),
+            self.b.ready.eq(issue.b.ready),
             self.beat_written.eq(self.w.valid & self.w.ready),
+            self.idle.eq((queue.level == 0) & issue.idle),
         ]
-        address_done = address_sent | (self.aw.valid & self.aw.ready)
-        data_done = data_sent | (self.w.valid & self.w.ready)
-        drop = queue.r_rdy & ~started & self.flush
-        complete = queue.r_rdy & address_done & data_done
-        m.d.comb += queue.r_en.eq(complete | drop)
-        with m.If(complete | drop):
-            m.d.sync += [address_sent.eq(0), data_sent.eq(0), started.eq(0)]
-        with m.Else():
-            m.d.sync += [address_sent.eq(address_done), data_sent.eq(data_done),
-                         started.eq(started | self.aw.valid | self.w.valid)]
-
-        accepted = self.aw.valid & self.aw.ready
-        answered = self.b.valid
-        m.d.sync += outstanding.eq(outstanding + accepted - answered)
-        m.d.comb += self.idle.eq((queue.level == 0) & (outstanding == 0))
         with m.If(self.start):
             m.d.sync += self.error.eq(0)
-        with m.Elif(answered & (self.b.payload.resp != 0)):
+        with m.Elif(issue.error):
             m.d.sync += self.error.eq(1)
         return m

@@ -684,8 +684,9 @@ def test_checker_judges_the_first_table_as_it_is_at_start():
 
 # ---------------------------------------------------------------------------- writer
 
-def test_line_writer_waits_for_enable_and_flushes_unstarted_lines():
-    dut = LineWriter(depth=4, addr_width=32, line_width=32)
+@pytest.mark.parametrize("registered_beats", [False, True], ids=["from-queue", "registered"])
+def test_line_writer_waits_for_enable_and_flushes_unstarted_lines(registered_beats):
+    dut = LineWriter(depth=4, addr_width=32, line_width=32, registered_beats=registered_beats)
     written = []
 
     async def testbench(ctx):
@@ -700,7 +701,9 @@ def test_line_writer_waits_for_enable_and_flushes_unstarted_lines():
             assert not ctx.get(dut.aw.valid)
             await ctx.tick()
         ctx.set(dut.enable, 1)
-        _, _, aw_valid, address = await ctx.tick().sample(dut.aw.valid, dut.aw.payload.addr)
+        # A cycle later with registered beats (the line moves into their registers first).
+        for _ in range(1 + registered_beats):
+            _, _, aw_valid, address = await ctx.tick().sample(dut.aw.valid, dut.aw.payload.addr)
         assert aw_valid
         written.append(address)
         ctx.set(dut.enable, 0)
@@ -716,6 +719,90 @@ def test_line_writer_waits_for_enable_and_flushes_unstarted_lines():
 
     simulate(dut, testbench)
     assert written == [0]
+
+
+@pytest.mark.parametrize("registered_beats", [False, True], ids=["from-queue", "registered"])
+def test_line_writer_completes_an_offered_line_and_holds_the_rest_without_enable(
+        registered_beats):
+    """A line whose beats are offered stays offered once ``enable`` falls (AXI's rule); the
+    lines behind it wait for ``enable`` again."""
+    dut = LineWriter(depth=4, addr_width=32, line_width=32, registered_beats=registered_beats)
+
+    async def testbench(ctx):
+        for k in range(2):
+            ctx.set(dut.lines.valid, 1)
+            ctx.set(dut.lines.payload, {"line": k, "data": k + 10})
+            await ctx.tick()
+        ctx.set(dut.lines.valid, 0)
+        ctx.set(dut.enable, 1)
+        while not ctx.get(dut.aw.valid):
+            await ctx.tick()
+        await ctx.tick()  # offered at a clock edge
+        ctx.set(dut.enable, 0)
+        for _ in range(3):  # nobody takes the beats: they stay offered
+            await ctx.tick()
+            assert ctx.get(dut.aw.valid) and ctx.get(dut.w.valid)
+            assert ctx.get(dut.aw.payload.addr) == 0 and ctx.get(dut.w.payload.data) == 10
+        ctx.set(dut.aw.ready, 1)
+        ctx.set(dut.w.ready, 1)
+        await ctx.tick()
+        for _ in range(4):  # the second line waits for enable
+            await ctx.tick()
+            assert not ctx.get(dut.aw.valid) and not ctx.get(dut.w.valid)
+        assert ctx.get(dut.level) == 1
+
+    simulate(dut, testbench)
+
+
+@pytest.mark.parametrize("registered_beats", [False, True], ids=["from-queue", "registered"])
+def test_line_writer_writes_every_line_in_order_under_back_pressure(registered_beats):
+    seed = 17 + registered_beats
+    draw = random.Random(seed)
+    dut = LineWriter(depth=4, addr_width=32, line_width=32, slices=2,
+                     registered_beats=registered_beats)
+    lines = [(draw.randrange(1 << 20), draw.randrange(1 << 32)) for _ in range(24)]
+    seen_aw, seen_w, awaiting_b = [], [], []
+
+    async def producer(ctx):
+        ctx.set(dut.enable, 1)
+        for line, value in lines:
+            while ctx.get(dut.level) == dut.depth or draw.random() < 0.3:
+                ctx.set(dut.lines.valid, 0)
+                await ctx.tick()
+            ctx.set(dut.lines.valid, 1)
+            ctx.set(dut.lines.payload, {"line": line, "data": value})
+            await ctx.tick()
+        ctx.set(dut.lines.valid, 0)
+
+    async def memory(ctx):
+        while True:
+            ctx.set(dut.aw.ready, int(draw.random() < 0.5))
+            ctx.set(dut.w.ready, int(draw.random() < 0.5))
+            answer = bool(awaiting_b) and draw.random() < 0.4
+            ctx.set(dut.b.valid, int(answer))
+            _, _, aw_ok, aw_valid, aw, w_ok, w_valid, w = await ctx.tick().sample(
+                dut.aw.ready, dut.aw.valid, dut.aw.payload.addr, dut.w.ready, dut.w.valid,
+                dut.w.payload.data)
+            if aw_ok and aw_valid:
+                seen_aw.append(aw)
+                awaiting_b.append(aw)
+            if w_ok and w_valid:
+                seen_w.append(w)
+            if answer:
+                awaiting_b.pop(0)
+
+    async def checker(ctx):
+        while len(seen_aw) < len(lines) or awaiting_b or not ctx.get(dut.idle):
+            await ctx.tick()
+        assert seen_aw == [line << 6 for line, _ in lines], f"seed {seed}"
+        assert seen_w == [value for _, value in lines], f"seed {seed}"
+
+    simulate(dut, producer, checker, processes=(memory,), deadline=5_000)
+
+
+def test_line_writer_rejects_a_non_boolean_registered_beats():
+    with pytest.raises(TypeError, match=r"^Registered beats must be True or False, not 1$"):
+        LineWriter(depth=4, addr_width=32, registered_beats=1)
 
 
 # ---------------------------------------------------------------------------- pooler

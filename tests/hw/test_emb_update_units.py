@@ -15,8 +15,8 @@ from hw.emb.update_fetch import GradientFetch, RowFetch
 from hw.emb.update_reads import ReadRouter, WordReader
 from hw.emb.update_reciprocal import Reciprocal, reciprocal_bits
 from hw.emb.update_rows import UniqueRows
-from hw.emb.update_writes import WriteQueue
 from hw.fp import FPMul
+from hw.mem.write_queue import WriteQueue
 from tb import pysim
 
 simulate = partial(pysim.simulate, deadline=100_000)

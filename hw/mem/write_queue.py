@@ -1,7 +1,8 @@
-"""Row writes for the update engine: one line per AXI write, completions counted.
+"""Line writes: one line per AXI write, completions counted.
 
 A write counts as done (persistent, DESIGN.md section 4) only when its B response has come
-back; the engine waits for ``idle`` before it reads rows again or reports completion.
+back; the update engine waits for ``idle`` before it reads rows again or reports completion,
+and the lookup's :class:`~hw.mem.line_writer.LineWriter` before its command ends.
 """
 
 from amaranth.hdl import Const, Module, Signal
@@ -9,8 +10,6 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.params import check_bool
-
-from .update_reads import LINE_BITS
 
 __all__ = ["WriteQueue"]
 
@@ -26,6 +25,8 @@ class WriteQueue(wiring.Component):
     ----------
     line_address_width : int
         Width of a line address.
+    line_width : int
+        Bits of a line (default 512).
     max_outstanding : int
         Most writes without a B response; AW waits beyond that.
     registered_beats : bool
@@ -38,9 +39,9 @@ class WriteQueue(wiring.Component):
 
     Members
     -------
-    i : ``In(stream.Signature({"address": line_address_width, "data": 512}))``
+    i : ``In(stream.Signature({"address": line_address_width, "data": line_width}))``
         Lines to write.
-    aw : ``Out(stream.Signature(line_address_width))``, w : ``Out(stream.Signature(512))``
+    aw : ``Out(stream.Signature(line_address_width))``, w : ``Out(stream.Signature(line_width))``
         The AXI address and data beats (the owner adds ``awlen = 0``, ``wlast = 1``...).
     b : ``In(stream.Signature(2))``
         ``bresp`` of each completion (always accepted).
@@ -54,7 +55,8 @@ class WriteQueue(wiring.Component):
         A completion this cycle carries SLVERR/DECERR.
     """
 
-    def __init__(self, *, line_address_width, max_outstanding=64, registered_beats=False):
+    def __init__(self, *, line_address_width, line_width=512, max_outstanding=64,
+                 registered_beats=False):
         if not isinstance(max_outstanding, int) or max_outstanding < 1:
             raise ValueError(
                 f"Outstanding write limit must be a positive integer, not {max_outstanding!r}")
@@ -62,9 +64,9 @@ class WriteQueue(wiring.Component):
         self._registered_beats = check_bool("Registered beats", registered_beats)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
-                "address": line_address_width, "data": LINE_BITS}))),
+                "address": line_address_width, "data": line_width}))),
             "aw": Out(stream.Signature(line_address_width)),
-            "w": Out(stream.Signature(LINE_BITS)),
+            "w": Out(stream.Signature(line_width)),
             "b": In(stream.Signature(2)),
             "stop": In(1),
             "outstanding": Out(range(max_outstanding + 1)),
