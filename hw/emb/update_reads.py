@@ -181,15 +181,13 @@ class ReadRouter(wiring.Component):
                 ]
                 m.d.sync += [self.ar.valid.eq(1), self.ar.payload.eq(request.payload)]
 
-        # Responses come back in request order: the context FIFO's head names the owner. A
-        # shared source always has a free slot for a line it asked for (its credits).
+        # Responses come back in request order: the context FIFO's head names the owner.
+        # Every source has room for a line it asked for: its credits count the lines in
+        # flight with those it holds. So `r.ready` is the context's flip-flop alone, not the
+        # owner's FIFO level behind the head's choice (in front of the memory's response
+        # logic and what a landed line moves, on a ULX3S build).
         owner = context.r_data
-        owner_ready = Signal()
-        with m.Switch(owner):
-            for index, lines in enumerate(responses):
-                with m.Case(index):
-                    m.d.comb += owner_ready.eq(1 if lines is None else lines.w_rdy)
-        m.d.comb += self.r.ready.eq(context.r_rdy & owner_ready)
+        m.d.comb += self.r.ready.eq(context.r_rdy)
         arrived = self.r.valid & self.r.ready
         m.d.comb += [
             context.r_en.eq(arrived),
