@@ -479,7 +479,7 @@ class UpdateEngine(wiring.Component):
             # Rows and gradients stream at up to a line per cycle; the rest (word streams, a
             # bag's few lines) share one buffer.
             shared=[name for name, _ in sources if name in _SHARED_SOURCES],
-            line_slices=LANES if self._fpga_pipelining else 1))
+            line_slices=LANES if self._fpga_pipelining else 1, ar_skid=self._fpga_pipelining))
         readers = {name: per_command(f"{name}_reader",
                                      WordReader(line_address_width=line_address_width,
                                                 registered_output=self._fpga_pipelining))

@@ -45,6 +45,12 @@ class ReadRouter(wiring.Component):
     line_slices : int
         Slices of each FIFO's line with their own write enable and pointers
         (:class:`hw.mem.sliced_fifo.SlicedFIFO`; default 1, FPGA builds one per FP lane).
+    ar_skid : bool
+        The chosen request leaves through a :class:`~hw.skid.SkidBuffer` in place of the AR
+        register: whether a request may be taken then comes from its flip-flop, not from
+        the memory's ``arready``, so the port's handshake stops there and the arbitration
+        (and every source's ``ready`` behind it) starts at flip-flops. Same latency; a
+        request more may wait while the memory stalls. Default False.
 
     Members
     -------
@@ -64,7 +70,8 @@ class ReadRouter(wiring.Component):
         A response this cycle carries SLVERR/DECERR (its data is delivered anyway).
     """
 
-    def __init__(self, *, line_address_width, sources, shared=(), line_slices=1):
+    def __init__(self, *, line_address_width, sources, shared=(), line_slices=1,
+                 ar_skid=False):
         sources = tuple((str(name), depth) for name, depth in sources)
         if not sources:
             raise ValueError("At least one source is required")
@@ -80,6 +87,7 @@ class ReadRouter(wiring.Component):
                                  f"{', '.join(map(repr, names))}")
         check_slices(LINE_BITS, line_slices)
         self._line_slices = line_slices
+        self._ar_skid = check_bool("AR skid", ar_skid)
         self._sources = sources
         self._shared = frozenset(shared)
         self._line_address_width = line_address_width
@@ -117,9 +125,14 @@ class ReadRouter(wiring.Component):
             width=Shape.cast(range(count)).width, depth=self._total)
         m.d.comb += self.outstanding.eq(context.level)
 
-        ar_free = ~self.ar.valid | self.ar.ready
-        with m.If(self.ar.ready):
-            m.d.sync += self.ar.valid.eq(0)
+        if self._ar_skid:
+            m.submodules.ar_skid = ar_skid = SkidBuffer(shape=self.ar.payload.shape())
+            wiring.connect(m, ar_skid.o, wiring.flipped(self.ar))
+            ar_free = ar_skid.i.ready
+        else:
+            ar_free = ~self.ar.valid | self.ar.ready
+            with m.If(self.ar.ready):
+                m.d.sync += self.ar.valid.eq(0)
         can_issue = ar_free & context.w_rdy & ~self.stop
 
         shared = [(index, name, depth) for index, (name, depth) in enumerate(self._sources)
@@ -179,7 +192,10 @@ class ReadRouter(wiring.Component):
                     context.w_en.eq(1),
                     context.w_data.eq(index),
                 ]
-                m.d.sync += [self.ar.valid.eq(1), self.ar.payload.eq(request.payload)]
+                if self._ar_skid:
+                    m.d.comb += [ar_skid.i.valid.eq(1), ar_skid.i.payload.eq(request.payload)]
+                else:
+                    m.d.sync += [self.ar.valid.eq(1), self.ar.payload.eq(request.payload)]
 
         # Responses come back in request order: the context FIFO's head names the owner.
         # Every source has room for a line it asked for: its credits count the lines in

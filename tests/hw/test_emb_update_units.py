@@ -422,16 +422,18 @@ def test_word_reader_restart_forgets_a_word_not_taken(registered_output):
     simulate(reader, consume, processes=(serve_lines,), deadline=2_000)
 
 
+@pytest.mark.parametrize("ar_skid", [False, True], ids=["ar-register", "ar-skid"])
 @pytest.mark.parametrize("line_slices", [1, 16])
 @pytest.mark.parametrize("shared", [("b", "c"), ("a", "b", "c")])
-def test_router_shared_buffer_keeps_each_source_in_order(shared, line_slices):
+def test_router_shared_buffer_keeps_each_source_in_order(shared, line_slices, ar_skid):
     """Three sources take whole lines with random back-pressure; ``c`` stops taking for a
     long while, and the others must still get every line (their credits, not ``c``'s); no
     response ever waits for room.
-    With ``line_slices`` the FIFOs are cut per FP lane."""
+    With ``line_slices`` the FIFOs are cut per FP lane; with ``ar_skid`` the requests leave
+    through a skid buffer (the memory stalls AR at random)."""
     sources = [("a", 4), ("b", 3), ("c", 5)]
     router = ReadRouter(line_address_width=20, sources=sources, shared=shared,
-                        line_slices=line_slices)
+                        line_slices=line_slices, ar_skid=ar_skid)
     memory = LineMemory(router, seed=11)
     draw = random.Random(12)
     count = 60
@@ -507,6 +509,11 @@ def test_router_flags_error_responses():
     simulate(router, requests, responses, processes=(memory.serve, watch), deadline=5_000)
     assert got == [LineMemory.line(a) for a in range(5, 10)]
     assert errors == [1]
+
+
+def test_router_rejects_a_non_boolean_ar_skid():
+    with pytest.raises(TypeError, match=r"^AR skid must be True or False, not 1$"):
+        ReadRouter(line_address_width=16, sources=[("x", 3)], ar_skid=1)
 
 
 def test_router_rejects_shallow_fifos():
