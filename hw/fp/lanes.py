@@ -182,12 +182,12 @@ class FPLanes(wiring.Component):
         results = self.o.payload.result if self._tag_width else self.o.payload
         fold, width = self._fold, self.units
         operands = self.i.payload
-        # Folded, part p (lanes p * width ...) enters the units p + 1 cycles after i.valid,
-        # from operands delayed by p + 1 cycles; each unit picks its part with its own copies
-        # of the delayed valid, so no one register steers every unit's operands.
-        entry = 0 if fold == 1 else 1
-        parts = [delay(m, operands, p + entry, name=f"part_{p}", reset_less=True)
-                 for p in range(fold)]
+        # Folded, part p (lanes p * width ...) enters the units p + 1 cycles after i.valid:
+        # each unit picks it from the operands delayed by p cycles, with its own copies of
+        # the delayed valid (so no one register steers every unit's operands), into entry
+        # registers of its own. The units' first stage then starts at flip-flops, not behind
+        # the choice of part (in front of the multipliers' classification on a ULX3S build).
+        parts = [delay(m, operands, p, name=f"part_{p}", reset_less=True) for p in range(fold)]
         for index in range(width):
             options = {"dsp": self._dsp} if self._op == "mul" else {}
             unit = m.submodules[f"lane_{index}"] = _UNITS[self._op](stages=self._stages,
@@ -195,8 +195,6 @@ class FPLanes(wiring.Component):
             a, b = parts[0].a[index], parts[0].b[index]
             sub = parts[0].sub if self._op == "add" else None
             turn = self.i.valid
-            if entry:
-                turn = _turn_copy(m, turn, name=f"part_0_turn_{index}")
             for p in range(1, fold):
                 turn = _turn_copy(m, turn, name=f"part_{p}_turn_{index}")
                 lane = p * width + index
@@ -204,6 +202,11 @@ class FPLanes(wiring.Component):
                 b = Mux(turn, parts[p].b[lane], b)
                 if sub is not None:
                     sub = Mux(turn, parts[p].sub, sub)
+            if fold > 1:
+                a = delay(m, a, 1, name=f"entry_a_{index}", reset_less=True)
+                b = delay(m, b, 1, name=f"entry_b_{index}", reset_less=True)
+                if sub is not None:
+                    sub = delay(m, sub, 1, name=f"entry_sub_{index}", reset_less=True)
             # (A unit's valid only times its own o.valid, which is not used.)
             m.d.comb += [unit.i.valid.eq(self.i.valid), unit.i.payload.a.eq(a),
                          unit.i.payload.b.eq(b)]
