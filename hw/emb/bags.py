@@ -145,8 +145,22 @@ class BagSequencer(wiring.Component):
         # divider, and nothing overtakes it.
         e_valid = Signal()
         accept = Signal()
+        emit = Signal()
+        mean = Signal()
         if self._pipelined:
             m.d.comb += accept.eq(1)
+        elif self._registered_descriptor:
+            # Whether the divider is free (no MEAN bag waits, the divider idle), kept as a
+            # register: taking an offsets line then starts at it, not at the divider's state
+            # decode and the count of bags at it (in front of the offsets prefetch's pointer
+            # copies on a ULX3S build). A MEAN bag takes the divider; its factor (the
+            # divider's last cycle before Idle) or a start frees it.
+            divider_free = Signal(init=1)
+            with m.If(self.start | reciprocal.o.valid):
+                m.d.sync += divider_free.eq(1)
+            with m.Elif(emit & mean):
+                m.d.sync += divider_free.eq(0)
+            m.d.comb += accept.eq(divider_free)
         else:
             m.d.comb += accept.eq((in_flight == 0) & reciprocal.i.ready)
         if self._registered_descriptor:
@@ -208,8 +222,6 @@ class BagSequencer(wiring.Component):
         ]
         # ``descriptor`` goes on when ``emit``; ``mean`` says it is a MEAN bag's.
         descriptor = Signal(layout)
-        emit = Signal()
-        mean = Signal()
         if self._registered_descriptor:
             # The bag's end offset is registered as read, and its length subtracted after.
             e_formed = Signal(layout)
