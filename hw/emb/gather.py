@@ -15,6 +15,8 @@ from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
+from hw.fanout import word_of_line
+
 from .bags import descriptor_layout
 from .layouts import ErrorCode, PoolingMode, table_layout
 from .validate import ERROR_LAYOUT
@@ -261,11 +263,13 @@ class GatherIssuer(wiring.Component):
             with m.If(a_valid):
                 m.d.sync += p_op.eq(a_op)
             read_line = a_op.position >> 4
+            next_word = Mux(a_valid, a_op.position[:4], p_op.position[:4])
         else:
             m.d.sync += p_valid.eq(go)
             with m.If(go):
                 m.d.sync += p_op.eq(c_op)
             read_line = c_position >> 4
+            next_word = None
         m.d.comb += [self.index_addr.eq(read_line), self.weight_addr.eq(read_line)]
 
         # --- stage P: the index (and weight) arrive; pick them and the table's configuration -
@@ -274,13 +278,15 @@ class GatherIssuer(wiring.Component):
                                                    p_op.weighted)
         p_out_line, p_scale = p_op.out_line, p_op.scale
 
-        index = Signal(32)
-        weight = Signal(32)
-        with m.Switch(p_position[:4]):
-            for k in range(LANES):
-                with m.Case(k):
-                    m.d.comb += [index.eq(self.index_data[32 * k:32 * (k + 1)]),
-                                 weight.eq(self.weight_data[32 * k:32 * (k + 1)])]
+        # The index's and weight's 16-way choices in their lines: with
+        # ``registered_index_address`` each group of their bits has a copy of the select of
+        # its own, loaded as stage P is (one register spread over 64 multiplexers led a
+        # ULX3S build's paths, most of it routing).
+        replicate = self._registered_index_address
+        index = word_of_line(m, self.index_data, next_word, p_position[:4],
+                             name="index_select", replicate=replicate)
+        weight = word_of_line(m, self.weight_data, next_word, p_position[:4],
+                              name="weight_select", replicate=replicate)
         config = Signal(table_layout(law + 6))
         with m.Switch(p_table):
             for t in range(self._max_tables):
