@@ -115,14 +115,21 @@ class SlicedFIFO(Elaboratable, FIFOInterface):
 
         # ``level`` counts a write from the next cycle, while it is still on its way to the
         # memory; ``stored`` counts the entries already in the memories (what can be read).
+        # Whether there is room and whether an entry is readable are registers loaded with
+        # the counts (what comparing them would say), so a producer's and a consumer's
+        # handshakes start at flip-flops, not behind the counts' comparisons.
         stored = Signal(range(depth + 1))
+        level_next = self.level + do_write - do_read
+        stored_next = stored + writing - do_read
+        room = Signal(init=1)
+        readable = Signal()
         m.d.sync += [
-            self.level.eq(self.level + do_write - do_read),
-            stored.eq(stored + writing - do_read),
+            self.level.eq(level_next), room.eq(level_next != depth),
+            stored.eq(stored_next), readable.eq(stored_next != 0),
         ]
         m.d.comb += [
-            self.w_rdy.eq(self.level != depth),
-            self.r_rdy.eq(stored != 0),
+            self.w_rdy.eq(room),
+            self.r_rdy.eq(readable),
             self.w_level.eq(self.level),
             self.r_level.eq(self.level),
             self.r_data.eq(read_data),
