@@ -422,8 +422,10 @@ class IndexValidator(wiring.Component):
     lanes' comparators start from flip-flops. With ``replicated_rows`` each lane compares
     against its own copy of it (:func:`hw.fanout.replicated_register`), loaded a cycle after
     the count itself, so the walk waits a cycle at each new table: on an FPGA the one register
-    otherwise reaches all 16 lanes' 32-bit comparators over one long net. ``tables`` is read at
-    ``start`` and at each change of table; it must not change while the validator runs.
+    otherwise reaches all 16 lanes' 32-bit comparators over one long net. In that cycle the
+    next table's end and flags, computed ahead into registers, catch up too (a table with no
+    indices then takes two cycles). ``tables`` is read at ``start`` and at each change of
+    table; it must not change while the validator runs.
     """
 
     def __init__(self, *, max_tables, addr_width, replicated_rows=False):
@@ -541,10 +543,35 @@ class IndexValidator(wiring.Component):
             if self._replicated_rows:
                 m.d.sync += rows_fresh.eq(1)
 
+        if self._replicated_rows:
+            # The next table's end and flags, computed every cycle into registers: a change
+            # of table then loads registers, not the end's subtraction and the line
+            # comparisons behind the table's choice (a ULX3S build's paths into
+            # `segment_is_table`). They are a cycle stale after each change of table, when
+            # `rows_fresh` holds the walk anyway.
+            next_end = Signal(32)
+            next_last_line = Signal(28)
+            m.d.sync += [next_end.eq(following_end),
+                         next_last_line.eq((following_end - 1)[4:32])]
+            next_flags = [Signal(name=f"next_{name}") for name in
+                          ("final", "exhausted", "ends_in_line", "is_table")]
+            m.d.sync += [flag.eq(value) for flag, value in zip(next_flags, [
+                following_end == num_indices, following_end == table_end,
+                following_end[4:] == table_end[4:],
+                (following_end - 1)[4:32] == table_end[4:]], strict=True)]
+            next_final, next_exhausted, next_ends_in_line, next_is_table = next_flags
+
         def next_table():
             # The cursor is at (or moves to) the old table_end.
-            m.d.sync += [table.eq(table + 1),
-                         *load_table_end(following_end, num_indices, at=table_end)]
+            if self._replicated_rows:
+                m.d.sync += [table.eq(table + 1), table_end.eq(next_end),
+                             table_last_line.eq(next_last_line), table_end_final.eq(next_final),
+                             table_exhausted.eq(next_exhausted),
+                             ends_in_line.eq(next_ends_in_line),
+                             segment_is_table.eq(next_is_table)]
+            else:
+                m.d.sync += [table.eq(table + 1),
+                             *load_table_end(following_end, num_indices, at=table_end)]
             new_rows(following_rows)
 
         if self._replicated_rows:
@@ -557,7 +584,7 @@ class IndexValidator(wiring.Component):
                 active.eq(self.num_indices != 0), self.lines_done.eq(0),
                 self.error.eq(ERROR_LAYOUT.const({})), self.checked.eq(0), judge.eq(0),
             ]
-        with m.Elif(active & table_exhausted):
+        with m.Elif(active & table_exhausted & ~rows_fresh):
             next_table()
         with m.Elif(step):
             with m.If(self.lines.ready):
