@@ -35,7 +35,8 @@ behind the address comparisons, and the reorder buffer's slot registers behind `
 follow (their path was a ULX3S build's longest, 19.4 ns). The price: an op is taken in its
 second cycle at the earliest. Folded lanes take an op at most once in ``lane_fold`` >= 2
 cycles anyway, so ops that arrive back to back lose nothing there; an op that arrives after
-a gap waits a cycle more.
+a gap waits a cycle more. Whether the output buffer has room is then a register too, a
+cycle old: no op is taken the cycle after one is, so the room seen then is still there.
 
 With both, the lanes' copies of what the op decides (its factor, operand choice and early
 accumulator address) are loaded from four group copies, each loaded every cycle from the op
@@ -224,7 +225,11 @@ class Pooler(wiring.Component):
         # Folded lanes take an op at most once in `lane_fold` cycles.
         spacing = Cat(valid[:self._fold - 1]).any() if self._fold > 1 else Const(0)
         outputs_in_flight = Signal(range(self._out_depth + 1))
-        has_room = self.out_level + outputs_in_flight < self._out_depth
+        if self._registered_hazard:
+            has_room = Signal()
+            m.d.sync += has_room.eq(self.out_level + outputs_in_flight < self._out_depth)
+        else:
+            has_room = self.out_level + outputs_in_flight < self._out_depth
         pop = Signal()
         keep = Signal()
         m.d.comb += [

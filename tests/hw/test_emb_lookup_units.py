@@ -918,6 +918,48 @@ def test_pooler_matches_float32_with_ops_back_to_back(fpga, fold, registered_haz
                for gap, (op, _) in zip(gaps, ops[1:], strict=True))
 
 
+@pytest.mark.parametrize(("fold", "registered_hazard"), [(1, False), (1, True), (2, True)],
+                         ids=["plain", "registered_hazard", "folded_registered_hazard"])
+def test_pooler_never_overfills_a_slow_output_buffer(fold, registered_hazard):
+    """The output buffer drains slowly (seeded): a line is pushed only while the buffer has
+    room for it (a line pushed into a full buffer would be lost), and every result arrives."""
+    seed = 23 + fold
+    draw = random.Random(seed)
+    depth = 3
+    layout = op_layout(slot_bits=2, line_bits=1, line_addr_width=16)
+    dut = Pooler(op_layout=layout, slot_bits=2, line_bits=1, line_addr_width=16,
+                 out_depth=depth, mul_stages=2, add_stages=2, registered_accumulator_read=True,
+                 lane_replicas=True, lane_fold=fold, registered_hazard=registered_hazard)
+    ops = pooler_ops(draw, slots=4, lines=2, bags=24)
+    expected = pool_expected(ops)
+    got = []
+
+    async def feed(ctx):
+        for op, row in ops:
+            context = dict(op, factor=int(np.float32(op["factor"]).view(np.uint32)))
+            ctx.set(dut.ops.valid, 1)
+            ctx.set(dut.ops.payload, {"context": context, "error": 0,
+                                      "data": pack_line(np.float32(row).view(np.uint32))})
+            await ctx.tick().until(dut.ops.ready)
+        ctx.set(dut.ops.valid, 0)
+
+    async def output_buffer(ctx):
+        level = 0  # as a SlicedFIFO counts it: a line pushed counts from the next cycle
+        while len(got) < len(expected):
+            ctx.set(dut.out_level, level)
+            _, _, valid, line, value = await ctx.tick().sample(
+                dut.out.valid, dut.out.payload.line, dut.out.payload.data)
+            if valid:
+                assert level < depth, f"a line pushed into a full buffer (seed {seed})"
+                got.append((line, [(value >> (32 * k)) & 0xFFFF_FFFF for k in range(16)]))
+            if level and draw.random() < 0.15:
+                level -= 1
+            level += valid
+
+    simulate(dut, feed, output_buffer)
+    assert got == expected, f"seed {seed}"
+
+
 def test_pooler_rejects_a_registered_hazard_that_is_not_a_bool():
     layout = op_layout(slot_bits=2, line_bits=1, line_addr_width=16)
     with pytest.raises(TypeError, match=r"^Registered hazard must be True or False, not 1$"):
