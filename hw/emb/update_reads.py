@@ -121,8 +121,11 @@ class ReadRouter(wiring.Component):
         # in front of `r.ready` and the chosen FIFO's write (a ULX3S build's path into the
         # shared buffer's write address). An entry is readable two cycles after its request
         # is taken, no later than its response can come (`ar` is a register).
+        # An entry per read in flight, which the sources' credits keep to `_total`: one
+        # more than that, so the FIFO (whose inner part holds one entry fewer) always has
+        # room for a read a source has credit for, and `w_rdy` stays out of the arbitration.
         context = m.submodules.context = fifo.SyncFIFOBuffered(
-            width=Shape.cast(range(count)).width, depth=self._total)
+            width=Shape.cast(range(count)).width, depth=self._total + 1)
         m.d.comb += self.outstanding.eq(context.level)
 
         if self._ar_skid:
@@ -133,7 +136,7 @@ class ReadRouter(wiring.Component):
             ar_free = ~self.ar.valid | self.ar.ready
             with m.If(self.ar.ready):
                 m.d.sync += self.ar.valid.eq(0)
-        can_issue = ar_free & context.w_rdy & ~self.stop
+        can_issue = ar_free & ~self.stop
 
         shared = [(index, name, depth) for index, (name, depth) in enumerate(self._sources)
                   if name in self._shared]
