@@ -605,16 +605,20 @@ class LookupEngine(wiring.Component):
         with m.FSM(name="control") as fsm:
             with m.State("Idle"):
                 m.d.comb += self.cmd.ready.eq(1)
+                # The command's registers load every cycle in Idle, so the last load is the
+                # command taken as Idle ends: their 200-odd enables (and the status's
+                # reset) then follow the state alone, not the dispatcher's `valid` and
+                # opcode decode behind it (a ULX3S build's netlist path).
+                payload = self.cmd.payload
+                m.d.sync += [
+                    command.eq(payload),
+                    defer_mean.eq(self.defer_mean),
+                    status.eq(status_layout().const({})),
+                    status.opcode.eq(payload.opcode),
+                    status.batch.eq(payload.batch),
+                    locate.eq(0),
+                ]
                 with m.If(self.cmd.valid):
-                    payload = self.cmd.payload
-                    m.d.sync += [
-                        command.eq(payload),
-                        defer_mean.eq(self.defer_mean),
-                        status.eq(status_layout().const({})),
-                        status.opcode.eq(payload.opcode),
-                        status.batch.eq(payload.batch),
-                        locate.eq(0),
-                    ]
                     with m.If(payload.opcode == Opcode.LOOKUP):
                         m.next = "Check"
                     with m.Else():
