@@ -436,7 +436,18 @@ class LookupEngine(wiring.Component):
         axi = self.axi
         ar_layout = data.StructLayout({"id": self._id_width, "line": law})
         sources = [(windows[name].ar, n_ids + k) for k, name in enumerate(_STREAMS)]
-        sources.append((reorder.ar, None))
+        if self._fpga_pipelining:
+            # The rows' reads wait in a skid buffer of their own before the choice of source:
+            # the reorder buffer's `ready` (and the request skid buffer behind it) then
+            # starts at its flip-flop, not at the streams' requests and `stop` ahead of it in
+            # the choice (a ULX3S build's worst path, 15.8 ns). A read taken there has its
+            # slot and goes out even after `stop`, as one in the register would; Abort waits
+            # for the reorder buffer to empty, which it does once the read is answered.
+            row_reads = m.submodules.row_reads = SkidBuffer(shape=reorder.ar.payload.shape())
+            wiring.connect(m, reorder.ar, row_reads.i)
+            sources.append((row_reads.o, None))
+        else:
+            sources.append((reorder.ar, None))
         if self._fpga_pipelining:
             # The request leaves through a skid buffer in place of the register: the memory's
             # `arready` then stops there, and the choice of source (the windows' and the
