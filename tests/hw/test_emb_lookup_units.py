@@ -555,6 +555,7 @@ def test_index_validator_names_position_and_table(replicated_rows):
             for t in range(5):
                 ctx.set(dut.table_starts[t], starts[min(t, tables)])
             ctx.set(dut.num_indices, len(indices))
+            await ctx.tick()  # (with replicated_rows they are read as of a cycle before start)
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
