@@ -159,7 +159,10 @@ class ReadRouter(wiring.Component):
                 read_address=buffer_read_address, name="shared_lines")
 
         responses, levels, in_flight, used = [], [], [], []
-        granted = Signal()  # an earlier (higher-priority) source took this cycle's slot
+        # The sources that ask and have credit, by priority. Each source's take looks at
+        # all the earlier ones at once (an OR tree), not through a chain of takes: with
+        # seven sources the chain was the router's longest path in a ULX3S netlist.
+        asking = []
         for index, (name, depth) in enumerate(self._sources):
             request = getattr(self, f"{name}_request")
             response = getattr(self, f"{name}_response")
@@ -184,11 +187,11 @@ class ReadRouter(wiring.Component):
             entries = Signal(range(depth + 1), name=f"{name}_entries")
             used.append(entries)
             has_credit = entries != depth
+            asks = Signal(name=f"{name}_asks")
+            m.d.comb += asks.eq(request.valid & has_credit)
             take = Signal(name=f"{name}_take")
-            m.d.comb += take.eq(request.valid & has_credit & can_issue & ~granted)
-            later_granted = Signal(name=f"{name}_granted")
-            m.d.comb += later_granted.eq(granted | take)
-            granted = later_granted
+            m.d.comb += take.eq(asks & can_issue & ~Cat(*asking).any())
+            asking.append(asks)
             with m.If(take):
                 m.d.comb += [
                     request.ready.eq(1),
