@@ -8,7 +8,7 @@ first, and hang the suite with the second; :func:`simulate` stops at whichever c
 
 from amaranth.sim import Simulator
 
-__all__ = ["simulate"]
+__all__ = ["WriteMemory", "simulate"]
 
 
 def simulate(dut, *testbenches, processes=(), background=(), deadline: int,
@@ -55,3 +55,34 @@ def simulate(dut, *testbenches, processes=(), background=(), deadline: int,
             f"{len(testbenches) - len(returned)} of {len(testbenches)} testbenches still waiting "
             f"after {deadline} cycles: the design hangs")
     return len(returned) == len(testbenches)
+
+
+class WriteMemory:
+    """The AW, W and B channels of a memory that takes beats with random back-pressure and
+    answers each accepted address with an OKAY response after a random delay (``draw``, a
+    seeded ``random.Random``). ``serve`` is a process; what it took is kept in
+    :attr:`addresses` and :attr:`data` (``address`` and ``data`` pick the values out of the
+    payloads), and :attr:`awaiting` holds the addresses not answered yet."""
+
+    def __init__(self, draw, *, aw, w, b, address=lambda payload: payload,
+                 data=lambda payload: payload, answer_chance=0.3):
+        self._draw, self._aw, self._w, self._b = draw, aw, w, b
+        self._address, self._data, self._answer_chance = address, data, answer_chance
+        self.addresses, self.data, self.awaiting = [], [], []
+
+    async def serve(self, ctx):
+        aw, w, b, draw = self._aw, self._w, self._b, self._draw
+        while True:
+            ctx.set(aw.ready, int(draw.random() < 0.5))
+            ctx.set(w.ready, int(draw.random() < 0.5))
+            answer = bool(self.awaiting) and draw.random() < self._answer_chance
+            ctx.set(b.valid, int(answer))
+            _, _, aw_ok, aw_valid, aw_payload, w_ok, w_valid, w_payload = await ctx.tick().sample(
+                aw.ready, aw.valid, aw.payload, w.ready, w.valid, w.payload)
+            if aw_ok and aw_valid:
+                self.addresses.append(self._address(aw_payload))
+                self.awaiting.append(self.addresses[-1])
+            if w_ok and w_valid:
+                self.data.append(self._data(w_payload))
+            if answer:
+                self.awaiting.pop(0)

@@ -762,7 +762,9 @@ def test_line_writer_writes_every_line_in_order_under_back_pressure(registered_b
     dut = LineWriter(depth=4, addr_width=32, line_width=32, slices=2,
                      registered_beats=registered_beats)
     lines = [(draw.randrange(1 << 20), draw.randrange(1 << 32)) for _ in range(24)]
-    seen_aw, seen_w, awaiting_b = [], [], []
+    memory = pysim.WriteMemory(draw, aw=dut.aw, w=dut.w, b=dut.b,
+                               address=lambda payload: payload.addr,
+                               data=lambda payload: payload.data, answer_chance=0.4)
 
     async def producer(ctx):
         ctx.set(dut.enable, 1)
@@ -775,30 +777,13 @@ def test_line_writer_writes_every_line_in_order_under_back_pressure(registered_b
             await ctx.tick()
         ctx.set(dut.lines.valid, 0)
 
-    async def memory(ctx):
-        while True:
-            ctx.set(dut.aw.ready, int(draw.random() < 0.5))
-            ctx.set(dut.w.ready, int(draw.random() < 0.5))
-            answer = bool(awaiting_b) and draw.random() < 0.4
-            ctx.set(dut.b.valid, int(answer))
-            _, _, aw_ok, aw_valid, aw, w_ok, w_valid, w = await ctx.tick().sample(
-                dut.aw.ready, dut.aw.valid, dut.aw.payload.addr, dut.w.ready, dut.w.valid,
-                dut.w.payload.data)
-            if aw_ok and aw_valid:
-                seen_aw.append(aw)
-                awaiting_b.append(aw)
-            if w_ok and w_valid:
-                seen_w.append(w)
-            if answer:
-                awaiting_b.pop(0)
-
     async def checker(ctx):
-        while len(seen_aw) < len(lines) or awaiting_b or not ctx.get(dut.idle):
+        while len(memory.addresses) < len(lines) or memory.awaiting or not ctx.get(dut.idle):
             await ctx.tick()
-        assert seen_aw == [line << 6 for line, _ in lines], f"seed {seed}"
-        assert seen_w == [value for _, value in lines], f"seed {seed}"
+        assert memory.addresses == [line << 6 for line, _ in lines], f"seed {seed}"
+        assert memory.data == [value for _, value in lines], f"seed {seed}"
 
-    simulate(dut, producer, checker, processes=(memory,), deadline=5_000)
+    simulate(dut, producer, checker, processes=(memory.serve,), deadline=5_000)
 
 
 def test_line_writer_rejects_a_non_boolean_registered_beats():

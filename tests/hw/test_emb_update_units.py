@@ -529,39 +529,20 @@ def test_write_queue_orders_channels_and_counts_completions(registered_beats):
     dut = WriteQueue(line_address_width=16, max_outstanding=3, registered_beats=registered_beats)
     draw = random.Random(4)
     entries = [(address, address * 3 + 1) for address in range(20)]
-    seen_aw, seen_w = [], []
-    awaiting_b = []
+    memory = pysim.WriteMemory(draw, aw=dut.aw, w=dut.w, b=dut.b)
 
     async def producer(ctx):
         await send(ctx, dut.i, [{"address": address, "data": value}
                                 for address, value in entries])
 
-    async def memory(ctx):
-        while True:
-            ctx.set(dut.aw.ready, int(draw.random() < 0.5))
-            ctx.set(dut.w.ready, int(draw.random() < 0.5))
-            answer = bool(awaiting_b) and draw.random() < 0.3
-            ctx.set(dut.b.valid, int(answer))
-            ctx.set(dut.b.payload, 0)
-            _, _, aw_ok, aw_valid, aw, w_ok, w_valid, w, outstanding = await ctx.tick().sample(
-                dut.aw.ready, dut.aw.valid, dut.aw.payload, dut.w.ready, dut.w.valid,
-                dut.w.payload, dut.outstanding)
-            assert outstanding <= 3
-            if aw_ok and aw_valid:
-                seen_aw.append(aw)
-                awaiting_b.append(aw)
-            if w_ok and w_valid:
-                seen_w.append(w)
-            if answer:
-                awaiting_b.pop(0)
-
     async def checker(ctx):
-        while len(seen_aw) < len(entries) or awaiting_b or not ctx.get(dut.idle):
+        while len(memory.addresses) < len(entries) or memory.awaiting or not ctx.get(dut.idle):
+            assert ctx.get(dut.outstanding) <= 3
             await ctx.tick()
-        assert seen_aw == [address for address, _ in entries]
-        assert seen_w == [value for _, value in entries]
+        assert memory.addresses == [address for address, _ in entries]
+        assert memory.data == [value for _, value in entries]
 
-    simulate(dut, producer, checker, processes=(memory,), deadline=5_000)
+    simulate(dut, producer, checker, processes=(memory.serve,), deadline=5_000)
 
 
 @pytest.mark.parametrize("registered_beats", [False, True], ids=["from-input", "registered"])
