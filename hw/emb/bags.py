@@ -131,6 +131,12 @@ class BagSequencer(wiring.Component):
         table_line = Signal(self._line_addr_width)  # output line of (bag 0, this table)
         bag_line = Signal(self._line_addr_width)
         active = Signal()
+        # Whether the entry held is past the first, and the bag the table's last, as
+        # registers: the table's and the bag's line registers are then enabled by `take` and
+        # two flip-flops, not by 32- and 16-bit comparisons behind it (a ULX3S build's path
+        # into `table_line`).
+        past_first = Signal()
+        last_bag = Signal()           # bag + 1 == bags
         in_flight = Signal(range(self._fifo_depth + 1))
 
         # The offset word's 16-way choice in its line: with ``registered_descriptor`` each
@@ -210,7 +216,7 @@ class BagSequencer(wiring.Component):
                     m.d.comb += [dim.eq(self.table_config[t].dim),
                                  mode.eq(self.table_config[t].mode)]
         m.d.comb += [
-            form.eq(take & (entry != 0)),
+            form.eq(take & past_first),
             formed.table.eq(table),
             formed.bag.eq(bag),
             formed.start.eq(previous),
@@ -276,18 +282,19 @@ class BagSequencer(wiring.Component):
                 bags.eq(self.bags), entries.eq(self.bags * self.tables + 1), entry.eq(0),
                 previous.eq(0), table.eq(0), bag.eq(0), row_lines.eq(self.row_lines),
                 table_line.eq(self.output_line), bag_line.eq(self.output_line),
-                active.eq(1),
+                active.eq(1), past_first.eq(0), last_bag.eq(self.bags == 1),
             ]
         with m.Elif(take):
-            m.d.sync += [entry.eq(entry + 1), previous.eq(value)]
+            m.d.sync += [entry.eq(entry + 1), previous.eq(value), past_first.eq(1)]
             with m.If(last_entry):
                 m.d.sync += active.eq(0)
             with m.If(form):
-                with m.If(bag + 1 == bags):
+                with m.If(last_bag):
                     next_table_line = table_line + (dim >> 4)
                     m.d.sync += [bag.eq(0), table.eq(table + 1), table_line.eq(next_table_line),
-                                 bag_line.eq(next_table_line)]
+                                 bag_line.eq(next_table_line), last_bag.eq(bags == 1)]
                 with m.Else():
-                    m.d.sync += [bag.eq(bag + 1), bag_line.eq(bag_line + row_lines)]
+                    m.d.sync += [bag.eq(bag + 1), bag_line.eq(bag_line + row_lines),
+                                 last_bag.eq(bag + 2 == bags)]
         return m
 

@@ -547,7 +547,12 @@ class LookupEngine(wiring.Component):
             m.d.comb += found.eq(index_validator.error)
         with m.Elif(issuer.error.code != ErrorCode.NONE):
             m.d.comb += found.eq(issuer.error)
-        failed = found.code != ErrorCode.NONE
+        # Whether any source failed, as an OR of their flags rather than the code the
+        # priority chose: the state's next value and its enables then wait for one OR, not
+        # for the priority's multiplexers (a ULX3S build's path into the control state).
+        failed = (bus_error | (offsets_validator.error.code != ErrorCode.NONE)
+                  | (index_started & (index_validator.error.code != ErrorCode.NONE))
+                  | (issuer.error.code != ErrorCode.NONE))
         # The error is recorded a cycle after it stops the pass, in Abort's first cycle, from
         # a register loaded every cycle: the priority then reaches the state and two
         # flip-flops, not the enables of the status fields behind it (19 ns in the netlist).

@@ -152,6 +152,21 @@ def test_sequencer_emits_every_bag_once_in_order(mean_reciprocal, steps, registe
 
 
 @pytest.mark.parametrize("registered_descriptor", [False, True], ids=["formed", "registered"])
+@pytest.mark.parametrize("bags", [1, 2])
+def test_sequencer_moves_to_the_next_table_after_few_bags(registered_descriptor, bags):
+    """With one or two bags a table, the bag that ends a table comes at once or every other
+    entry: each table's bags still land on its own output lines."""
+    draw = random.Random(bags)
+    lengths = [draw.choice([0, 1, 3]) for _ in range(bags * len(TABLES))]
+    offsets = [0, *np.cumsum(lengths).tolist()]
+    got, _ = run_sequencer(draw, offsets, bags, mean_reciprocal="sequential",
+                           registered_descriptor=registered_descriptor)
+    expected = expected_descriptors(offsets, bags)
+    assert [(d.table, d.bag, d.start, d.length, d.out_line) for d in got] == \
+        [want[:5] for want in expected]
+
+
+@pytest.mark.parametrize("registered_descriptor", [False, True], ids=["formed", "registered"])
 @pytest.mark.parametrize("abandoned_cycles", [3, 9])
 def test_sequencer_starts_over_an_abandoned_walk(registered_descriptor, abandoned_cycles):
     """A walk started over one mid-way (every entry validated, the queue full) reads none of
