@@ -156,7 +156,10 @@ class CheckRunner(wiring.Component):
         m.d.comb += active.eq((started | self.start) & ~self.done)
 
         idle = Signal.like(timeout)
-        at_timeout = idle == timeout
+        # idle == timeout, kept as a register: `finish` is then a few flip-flops, not a
+        # comparison, in front of the result ROM's address and the stimulus (a ULX3S build's
+        # worst path, 14.5 ns). Every timeout is at least a cycle, so it is 0 when idle is.
+        at_timeout = Signal()
         comparing = Signal()  # a result is being compared slice by slice
         settling = Signal()  # its last slice is still being compared
         finish = Signal()  # the running check is over
@@ -280,16 +283,16 @@ class CheckRunner(wiring.Component):
 
         in_fire = dut_i.valid & dut_i.ready
         with m.If(finish):
-            m.d.sync += idle.eq(0)
+            m.d.sync += [idle.eq(0), at_timeout.eq(0)]
             with m.If(last_check):
                 m.d.sync += self.done.eq(1)
             with m.Else():
                 m.d.sync += index.eq(index + 1)
         with m.Elif(active):
             with m.If((in_fire | out_fire | comparing) & ~all_received):
-                m.d.sync += idle.eq(0)
+                m.d.sync += [idle.eq(0), at_timeout.eq(0)]
             with m.Elif(~at_timeout):  # (held there while the last result is compared)
-                m.d.sync += idle.eq(idle + 1)
+                m.d.sync += [idle.eq(idle + 1), at_timeout.eq(idle + 1 == timeout)]
         return m
 
 

@@ -139,6 +139,25 @@ def test_checks_can_share_a_device_under_test():
 
 
 @pytest.mark.parametrize("width", [8, 512])  # 512: compared a slice a cycle
+@pytest.mark.parametrize(("late", "verdict"), [(0, "PASS"), (1, "FAIL")])
+def test_a_check_waits_exactly_its_timeout(width, late, verdict):
+    """The device stalls after its first word: the second result comes in time while the
+    stall is shorter than the check's timeout (16 cycles of no activity after the first
+    result, whose comparison a slice a cycle is activity too), and is missing a cycle later."""
+    timeout = 16
+    probe = Check(name="stall", dut=Incrementer(width=width), stimulus=[3], expected=[4],
+                  timeout_cycles=timeout)
+    beats = CheckRunner([probe]).compare_beats
+    stall_cycles = timeout - 1 + (beats if beats > 1 else 0) + late
+    dut = Incrementer(width=width, stall_on=3, stall_cycles=stall_cycles)
+    line, _ = run_bist([Check(name="stall", dut=dut, stimulus=[3, 4], expected=[4, 5],
+                              timeout_cycles=timeout)])
+    compared = 2 if verdict == "PASS" else 1
+    assert line == REPORT_FORMAT.format(verdict=verdict, compared=compared,
+                                        errors=2 - compared)
+
+
+@pytest.mark.parametrize("width", [8, 512])  # 512: compared a slice a cycle
 @pytest.mark.parametrize(("stall_cycles", "stimulus", "expected"), [
     (0, [1, 2, 3], [2]),          # two extra results, counted while the first check times out
     (0, [1], [2, 7, 7]),          # two missing results, counted when it gives up on them
