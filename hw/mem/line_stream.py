@@ -142,8 +142,22 @@ class LineStream(wiring.Component):
             use.addr.eq(self.use_addr[:slot_bits]),
             self.use_data.eq(use.data),
             self.written.eq(written),
-            self.idle.eq(issued == written),
         ]
+        if self._registered_fetch:
+            # Idle as a register too: the lookup's ends of pass and of abort wait for three
+            # windows' idle at once, and each was a 32-bit comparison (a ULX3S build's path
+            # into Locate's start). A fetch makes the window busy; a response with no fetch
+            # beside it makes it idle when it is the last read in flight.
+            idle = Signal(init=1)
+            with m.If(self.start):
+                m.d.sync += idle.eq(1)  # (`start` comes only while idle)
+            with m.Elif(fetched):
+                m.d.sync += idle.eq(0)
+            with m.Elif(self.response.valid):
+                m.d.sync += idle.eq(issued == written + 1)
+            m.d.comb += self.idle.eq(idle)
+        else:
+            m.d.comb += self.idle.eq(issued == written)
         with m.If(self.start):
             m.d.sync += [base.eq(self.base), count.eq(self.count), issued.eq(0), written.eq(0),
                          self.error.eq(0)]

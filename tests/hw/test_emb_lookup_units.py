@@ -163,16 +163,22 @@ def test_line_stream_respects_its_window_and_lands_in_order(pointer_copies, regi
 
     async def memory(ctx):
         await ctx.tick()
+        landing = False
         while len(got) < count:
             ctx.set(window.ar.ready, draw.random() < 0.7)
-            _, _, valid, ready, address, issued, freed = await ctx.tick().sample(
+            _, _, valid, ready, address, issued, freed, idle = await ctx.tick().sample(
                 window.ar.valid, window.ar.ready, window.ar.payload.addr, window.written,
-                window.freed)
+                window.freed, window.idle)
+            # (Sampled before the edge: the read taken then and the line landing then, the
+            # one popped last time round, still count as in flight.)
+            assert idle == (not in_flight and not landing), \
+                f"idle {idle} with {len(in_flight) + landing} reads in flight"
             if valid and ready:
                 in_flight.append(address)
             assert len(in_flight) + issued - freed <= capacity, "read beyond the window"
             ctx.set(window.response.valid, 0)
-            if in_flight and draw.random() < 0.5:
+            landing = in_flight and draw.random() < 0.5
+            if landing:
                 ctx.set(window.response.valid, 1)
                 ctx.set(window.response.payload.data, in_flight.pop(0) * 7)
 
