@@ -143,8 +143,10 @@ class LookupEngine(wiring.Component):
         so the memory's ``ready`` no longer reaches the issuer's row queue in the same cycle
         (a cycle more per read), and the memory's read requests leave through one (the
         register they left from before, so no cycle more); and the offsets validator compares
-        a registered window
-        (:class:`~hw.emb.validate.OffsetsValidator`, ``registered_window``); with folded
+        a registered window and decides each step of its walk a cycle ahead (a step every
+        other cycle, still twice the bag sequencer's rate)
+        (:class:`~hw.emb.validate.OffsetsValidator`, ``registered_window``,
+        ``decide_ahead``); with folded
         lanes the pooler's hazard check is a register (:mod:`hw.emb.pool`,
         ``registered_hazard``). Needs a multiplier of at least two stages. Default False.
     lane_fold : int
@@ -312,7 +314,8 @@ class LookupEngine(wiring.Component):
         m.submodules.offsets_use = offsets_use = LinePrefetch(pointer_copies=pointer_copies)
         m.submodules.indices_check = indices_check = LinePrefetch(pointer_copies=pointer_copies)
         m.submodules.offsets_validator = offsets_validator = OffsetsValidator(
-            max_tables=self._max_tables, registered_window=self._fpga_pipelining)
+            max_tables=self._max_tables, registered_window=self._fpga_pipelining,
+            decide_ahead=self._fpga_pipelining)
         m.submodules.index_validator = index_validator = IndexValidator(
             max_tables=self._max_tables, addr_width=aw,
             replicated_rows=self._fpga_pipelining)

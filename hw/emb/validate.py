@@ -101,11 +101,20 @@ class OffsetsValidator(wiring.Component):
     sixteen 32-bit comparators and the segment's mask. It costs a cycle of latency
     (``checked`` and ``done``; a bad entry stops the walk two segments late), not
     throughput.
+
+    With ``decide_ahead`` each step is decided a cycle before the walk takes it: the
+    segment's length, what it ends and the distances' "near" values after each length are
+    registered from the walk's registers, and the step applies them (the cursor and the
+    distances move by the registered length through adders). The walk then takes a segment
+    every other cycle at most, up to two entries a cycle, still twice what the bag sequencer
+    consumes; on an FPGA the decision (a table of eight register bits and the distances'
+    subtractions) no longer sits in front of the walk's registers and the line's ready.
     """
 
-    def __init__(self, *, max_tables, registered_window=False):
+    def __init__(self, *, max_tables, registered_window=False, decide_ahead=False):
         self._max_tables = max_tables
         self._registered_window = check_bool("Registered window", registered_window)
+        self._decide_ahead = check_bool("Decide ahead", decide_ahead)
         super().__init__({
             "start": In(1),
             "mode": In(OffsetsMode),
@@ -221,25 +230,56 @@ class OffsetsValidator(wiring.Component):
         left_near_after = Signal(3)
         to_table_after = Signal(16)
         table_near_after = Signal(3)
-        chosen = {name: [] for name in ("end", "left", "left_near", "to_table", "table_near")}
-        for k in range(WINDOW + 1):
-            left_k = Signal(32, name=f"left_after_{k}")
-            to_table_k = Signal(16, name=f"to_table_after_{k}")
-            end_k = Signal(32, name=f"segment_end_{k}")
-            m.d.comb += [left_k.eq(left - k), to_table_k.eq(to_table - k), end_k.eq(cursor + k)]
-            for name, value in (("end", end_k), ("left", left_k), ("left_near", near(left_k)),
-                                ("to_table", to_table_k),
-                                ("table_near", near(to_table_k, by_tables))):
-                chosen[name].append(Mux(length_is[k], value, 0))
-        for target, name in ((segment_end, "end"), (left_after, "left"),
-                             (left_near_after, "left_near"), (to_table_after, "to_table"),
-                             (table_near_after, "table_near")):
-            m.d.comb += target.eq(functools.reduce(operator.or_, chosen[name]))
+        step = Signal()     # the walk takes this segment
+        decided = Const(1)  # the step of the walk's position is decided
+        if self._decide_ahead:
+            # Loaded every cycle: the walk's registers change only at a step (or `start`),
+            # so the cycle after one they hold its position's decision.
+            decided = Signal()
+            m.d.sync += decided.eq(~self.start & ~step)
+
+            def ahead(value, name):
+                registered = Signal.like(value, name=f"decided_{name}")
+                m.d.sync += registered.eq(value)
+                return registered
+
+            length_is, length, high = (ahead(length_is, "length_is"), ahead(length, "length"),
+                                       ahead(high, "high"))
+            ends_walk, ends_table, fills_window = (ahead(ends_walk, "ends_walk"),
+                                                   ahead(ends_table, "ends_table"),
+                                                   ahead(fills_window, "fills_window"))
+            lefts_near = [ahead(near(left - k), f"left_near_{k}") for k in range(WINDOW + 1)]
+            tables_near = [ahead(near(to_table - k, by_tables), f"table_near_{k}")
+                           for k in range(WINDOW + 1)]
+            m.d.comb += [
+                segment_end.eq(cursor + length), left_after.eq(left - length),
+                to_table_after.eq(to_table - length),
+                left_near_after.eq(functools.reduce(operator.or_, (
+                    Mux(length_is[k], lefts_near[k], 0) for k in range(WINDOW + 1)))),
+                table_near_after.eq(functools.reduce(operator.or_, (
+                    Mux(length_is[k], tables_near[k], 0) for k in range(WINDOW + 1)))),
+            ]
+        else:
+            chosen = {name: [] for name in ("end", "left", "left_near", "to_table",
+                                            "table_near")}
+            for k in range(WINDOW + 1):
+                left_k = Signal(32, name=f"left_after_{k}")
+                to_table_k = Signal(16, name=f"to_table_after_{k}")
+                end_k = Signal(32, name=f"segment_end_{k}")
+                m.d.comb += [left_k.eq(left - k), to_table_k.eq(to_table - k),
+                             end_k.eq(cursor + k)]
+                for name, value in (("end", end_k), ("left", left_k),
+                                    ("left_near", near(left_k)), ("to_table", to_table_k),
+                                    ("table_near", near(to_table_k, by_tables))):
+                    chosen[name].append(Mux(length_is[k], value, 0))
+            for target, name in ((segment_end, "end"), (left_after, "left"),
+                                 (left_near_after, "left_near"), (to_table_after, "to_table"),
+                                 (table_near_after, "table_near")):
+                m.d.comb += target.eq(functools.reduce(operator.or_, chosen[name]))
         mask = lane_mask(m, low, high, name="mask", lanes=WINDOW)
 
         # What a segment's checks read: the window's entries, the value each must not be
         # below, and its lanes, first entry and last entry.
-        step = Signal()
         first_window = Signal()
         is_last = Signal(WINDOW)
         m.d.comb += first_window.eq(cursor[window_bits:] == 0)
@@ -316,7 +356,7 @@ class OffsetsValidator(wiring.Component):
         judged_end = Signal(32)
         judged_counted = Signal(WINDOW)  # COUNT: the segment's entries at or below threshold
         m.d.comb += [
-            step.eq(active & self.lines.valid),
+            step.eq(active & self.lines.valid & decided),
             self.lines.ready.eq(step & finishes_line),
             self.done.eq(~active & ~judge & ~capture_pending
                          & (~taken if self._registered_window else 1)),

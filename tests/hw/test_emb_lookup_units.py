@@ -333,12 +333,13 @@ async def feed_until_done(ctx, dut, lines, draw, *, busy=0.3, watch=()):
             return watched, highest_checked, taken_lines
 
 
-def run_offsets_jobs(jobs, *, seed=0, registered_window=False, busy=0.3):
+def run_offsets_jobs(jobs, *, seed=0, registered_window=False, decide_ahead=False, busy=0.3):
     """Run OffsetsValidator jobs one after the other in one simulation; return their results.
 
     A job is ``(offsets, settings)`` with settings bags, tables, num_indices and optionally
     mode, first, end, threshold."""
-    dut = OffsetsValidator(max_tables=8, registered_window=registered_window)
+    dut = OffsetsValidator(max_tables=8, registered_window=registered_window,
+                           decide_ahead=decide_ahead)
     draw = random.Random(seed)
     results = []
 
@@ -373,19 +374,21 @@ def run_offsets_jobs(jobs, *, seed=0, registered_window=False, busy=0.3):
     return results
 
 
-REGISTERED_WINDOW = pytest.mark.parametrize("registered_window", [False, True],
-                                            ids=["window", "registered-window"])
+REGISTERED_WINDOW = pytest.mark.parametrize(("registered_window", "decide_ahead"),
+                                            [(False, False), (True, False), (True, True)],
+                                            ids=["window", "registered-window", "decided-ahead"])
 
 
 @REGISTERED_WINDOW
-def test_offsets_validator_finds_the_first_problem(registered_window):
+def test_offsets_validator_finds_the_first_problem(registered_window, decide_ahead):
     draw = random.Random(11)
     jobs = []
     for _ in range(40):
         tables, bags = draw.randint(1, 4), draw.choice([0, 1, 3, 16, 21])
         offsets, num_indices = random_offsets(draw, tables, bags)
         jobs.append((offsets, {"bags": bags, "tables": tables, "num_indices": num_indices}))
-    results = run_offsets_jobs(jobs, registered_window=registered_window)
+    results = run_offsets_jobs(jobs, registered_window=registered_window,
+                               decide_ahead=decide_ahead)
     for (offsets, settings), result in zip(jobs, results, strict=True):
         expected = offsets_reference(offsets, settings["bags"], settings["num_indices"])
         assert result["error"] == expected, (offsets, settings)
@@ -403,13 +406,14 @@ def test_offsets_validator_finds_the_first_problem(registered_window):
 
 
 @REGISTERED_WINDOW
-def test_offsets_validator_counts_bag_starts(registered_window):
+def test_offsets_validator_counts_bag_starts(registered_window, decide_ahead):
     offsets = [0, 3, 3, 7, 9, 9, 9, 12, 20, 21, 30, 31, 32, 40, 41, 43, 44, 50, 51]
     windows = ((9, 2, 9), (0, 0, 5), (43, 5, 19), (100, 17, 18), (8, 5, 8), (30, 13, 16))
     jobs = [(offsets, {"bags": 0, "tables": 1, "num_indices": 51, "mode": OffsetsMode.COUNT,
                        "first": first, "end": end, "threshold": threshold})
             for threshold, first, end in windows]
-    results = run_offsets_jobs(jobs, registered_window=registered_window)
+    results = run_offsets_jobs(jobs, registered_window=registered_window,
+                               decide_ahead=decide_ahead)
     for (threshold, first, end), result in zip(windows, results, strict=True):
         assert result["count"] == sum(v <= threshold for v in offsets[first:end])
         assert result["highest_checked"] == end
@@ -418,7 +422,7 @@ def test_offsets_validator_counts_bag_starts(registered_window):
 
 
 @REGISTERED_WINDOW
-def test_offsets_validator_stops_at_the_first_of_close_problems(registered_window):
+def test_offsets_validator_stops_at_the_first_of_close_problems(registered_window, decide_ahead):
     """With lines always there the walk takes a segment every cycle, so the segments taken
     while a bad one is compared and judged (one, or two with ``registered_window``) must be
     dropped: the next problem, or the good entries after the first, must not count."""
@@ -435,7 +439,8 @@ def test_offsets_validator_stops_at_the_first_of_close_problems(registered_windo
             jobs.append((good_after, {}))
     for _, settings in jobs:
         settings.update(bags=bags, tables=tables, num_indices=bags * tables)
-    results = run_offsets_jobs(jobs, registered_window=registered_window, busy=0)
+    results = run_offsets_jobs(jobs, registered_window=registered_window,
+                               decide_ahead=decide_ahead, busy=0)
     for (offsets, settings), result in zip(jobs, results, strict=True):
         expected = offsets_reference(offsets, bags, settings["num_indices"])
         assert result["error"] == expected, offsets
@@ -446,11 +451,13 @@ def test_offsets_validator_stops_at_the_first_of_close_problems(registered_windo
 
 
 @REGISTERED_WINDOW
-def test_offsets_validator_checked_follows_the_walk_by_its_latency(registered_window):
-    dut = OffsetsValidator(max_tables=8, registered_window=registered_window)
+def test_offsets_validator_checked_follows_the_walk_by_its_latency(registered_window, decide_ahead):
+    dut = OffsetsValidator(max_tables=8, registered_window=registered_window,
+                           decide_ahead=decide_ahead)
     assert dut.checked_latency == (2 if registered_window else 1)
     offsets = list(range(40))
     cycles = {}
+    moves = []  # cycles in which `checked` moved
 
     async def testbench(ctx):
         ctx.set(dut.mode, OffsetsMode.CHECK)
@@ -462,6 +469,7 @@ def test_offsets_validator_checked_follows_the_walk_by_its_latency(registered_wi
         await ctx.tick()
         ctx.set(dut.start, 0)
         pending = lines_of(offsets)
+        previous_checked = 0
         for cycle in range(40):
             ctx.set(dut.lines.valid, bool(pending))
             if pending:
@@ -472,6 +480,9 @@ def test_offsets_validator_checked_follows_the_walk_by_its_latency(registered_wi
                 pending.pop(0)
                 if not pending:
                     cycles["last_step"] = cycle
+            if checked != previous_checked:
+                moves.append(cycle)
+                previous_checked = checked
             if checked == len(offsets):
                 cycles.setdefault("checked", cycle)
             if done:
@@ -482,13 +493,18 @@ def test_offsets_validator_checked_follows_the_walk_by_its_latency(registered_wi
     # The walk's last step moves the cursor to the end the cycle after it.
     assert cycles["checked"] - cycles["last_step"] == 1 + dut.checked_latency
     assert cycles["done"] == cycles["checked"]
+    # Lines always there: a segment (of up to four entries) every cycle, or every other
+    # cycle when each step is decided the cycle before.
+    gaps = [b - a for a, b in itertools.pairwise(moves)]
+    assert min(gaps) == (2 if decide_ahead else 1), moves
 
 
 @REGISTERED_WINDOW
-def test_offsets_validator_restarts_mid_walk(registered_window):
+def test_offsets_validator_restarts_mid_walk(registered_window, decide_ahead):
     """A ``start`` while the walk runs drops the segments in flight: the old walk's bad
     entries, compared or judged when the new one starts, do not count in the new."""
-    dut = OffsetsValidator(max_tables=8, registered_window=registered_window)
+    dut = OffsetsValidator(max_tables=8, registered_window=registered_window,
+                           decide_ahead=decide_ahead)
     bad = [0, 1, 2, 3] + [1000] * 36          # past the end from entry 4 on
     good = list(range(40))
     results = []
@@ -523,6 +539,8 @@ def test_offsets_validator_restarts_mid_walk(registered_window):
 def test_offsets_validator_rejects_non_bool_registered_window():
     with pytest.raises(TypeError, match=r"^Registered window must be True or False, not 1$"):
         OffsetsValidator(max_tables=4, registered_window=1)
+    with pytest.raises(TypeError, match=r"^Decide ahead must be True or False, not 'yes'$"):
+        OffsetsValidator(max_tables=4, decide_ahead="yes")
 
 
 def index_reference(indices, starts, rows):
