@@ -118,14 +118,25 @@ class SlicedFIFO(Elaboratable, FIFOInterface):
         # Whether there is room and whether an entry is readable are registers loaded with
         # the counts (what comparing them would say), so a producer's and a consumer's
         # handshakes start at flip-flops, not behind the counts' comparisons.
+        # Each flag's next value is chosen by the handshakes from outcomes computed from the
+        # registers, so a consumer's late `r_en` (and a producer's `w_en`) meets one
+        # multiplexer, not the counts' adders and comparisons (a ULX3S build's paths from the
+        # update datapath's apply decision into `r_rdy`).
         stored = Signal(range(depth + 1))
         level_next = self.level + do_write - do_read
         stored_next = stored + writing - do_read
-        room = Signal(init=1)
-        readable = Signal()
+        room = Signal(init=1)      # level != depth
+        readable = Signal()        # stored != 0
+        # Only a write without a read can fill the FIFO (a write needs room, so with a read
+        # beside it the level stays below depth); a read leaves room.
+        fills = self.level == depth - 1
+        # (stored + writing) - 1 != 0 after a read; stored + writing != 0 without.
+        still_readable = (stored >= 2) | ((stored == 1) & writing)
         m.d.sync += [
-            self.level.eq(level_next), room.eq(level_next != depth),
-            stored.eq(stored_next), readable.eq(stored_next != 0),
+            self.level.eq(level_next),
+            room.eq(Mux(do_write & ~do_read, ~fills, Mux(do_read, 1, room))),
+            stored.eq(stored_next),
+            readable.eq(Mux(do_read, still_readable, readable | writing)),
         ]
         m.d.comb += [
             self.w_rdy.eq(room),
