@@ -182,7 +182,7 @@ class UpdateEngine(wiring.Component):
         and the unique rows theirs to the accumulation, through skid buffers
         (:class:`hw.skid.SkidBuffer`: a cycle of latency each, no loss of rate); the
         walkers' and the command checker's checks compare registers
-        (``OccurrenceWalker(registered_checks=)``: 13 cycles more per MEAN bag and a cycle
+        (``OccurrenceWalker(registered_checks=)``: 14 cycles more per MEAN bag and a cycle
         per walk; ``CommandChecker(registered_region_checks=)``: a cycle per extent checked);
         each walk and the index check start a cycle after the sequencer decides them, from
         flip-flops; and without ``relaxed_lookup`` each lane's part of the gradient buffer

@@ -61,8 +61,10 @@ class Reciprocal(wiring.Component):
         Quotient bits produced per cycle (a divisor of 24). More is faster and has a longer
         combinational path (one 25-bit compare-and-subtract per step).
     registered_leading : bool
-        Find the length's highest set bit a cycle before shifting by it (one cycle more per
-        result): the 32-bit search and the 32-bit shift are then not one path.
+        Find the length's highest set bit a cycle before shifting by it, and whether the
+        quotient rounds up a cycle before adding it (two cycles more per result): the 32-bit
+        search and the 32-bit shift are then not one path, nor the remainder's 25-bit zero
+        test and the 24-bit rounding adder.
 
     Members
     -------
@@ -96,7 +98,7 @@ class Reciprocal(wiring.Component):
     @property
     def latency(self):
         """Most cycles from accepting ``L`` to ``o.valid`` (powers of two skip the division)."""
-        return 3 + self._registered_leading + _QUOTIENT_BITS // self._steps
+        return 3 + 2 * self._registered_leading + _QUOTIENT_BITS // self._steps
 
     def elaborate(self, platform):
         m = Module()
@@ -179,12 +181,19 @@ class Reciprocal(wiring.Component):
                         q = Cat(bit, q)[:_QUOTIENT_BITS + 1]
                     m.d.sync += [remainder.eq(r), quotient.eq(q), step.eq(step + 1)]
                     with m.If(step == _QUOTIENT_BITS // self._steps - 1):
-                        m.next = "Pack"
+                        m.next = "Sticky" if self._registered_leading else "Pack"
+
+            significand = quotient[1:]
+            round_up = quotient[0] & (remainder.any() | significand[0])  # guard & (sticky | odd)
+            if self._registered_leading:
+                rounds_up = Signal()
+                with m.State("Sticky"):  # (whether to round up into its register)
+                    m.d.sync += rounds_up.eq(round_up)
+                    m.next = "Pack"
+                round_up = rounds_up
 
             with m.State("Pack"):
-                guard, sticky = quotient[0], remainder.any()
-                significand = quotient[1:]
-                fraction = (significand + (guard & (sticky | significand[0])))[:23]
+                fraction = (significand + round_up)[:23]
                 m.d.sync += result.eq(Cat(fraction, (126 - exponent)[:8]))
                 m.next = "Output"
 

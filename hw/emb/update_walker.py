@@ -174,8 +174,9 @@ class OccurrenceWalker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         # One quotient bit a cycle with registered checks: two compare-and-subtracts in a
-        # cycle were the next path (12 cycles more per MEAN bag); and the length's highest
-        # bit found a cycle before the shift by it (one more).
+        # cycle were the next path (12 cycles more per MEAN bag); the length's highest bit
+        # found a cycle before the shift by it, and the rounding decided a cycle before its
+        # adder (two more).
         reciprocal = m.submodules.reciprocal = Reciprocal(
             steps_per_cycle=self.reciprocal_steps_per_cycle,
             registered_leading=self._registered_checks)
