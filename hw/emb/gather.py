@@ -76,7 +76,8 @@ class GatherIssuer(wiring.Component):
 
     With ``registered_ready`` a slot's readiness is a register: each cycle compares the
     slot's position as it will be next cycle (the same, one further if chosen now, or a newly
-    loaded bag's start) with the limits of this cycle. The slot choice then starts from
+    loaded bag's start) with the limits of this cycle, and the choice of slot picks the
+    outcome. The slot choice then starts from
     flip-flops, not from the windows' fill counters and 32-bit comparisons. Both limits only
     grow while a pass runs, so an older limit is a safe one; a row waits a cycle longer when
     its index has only just landed. ``start`` and ``stop`` clear the readiness.
@@ -166,17 +167,11 @@ class GatherIssuer(wiring.Component):
             return (row_position < self.index_limit) & (
                 ~is_weighted | (row_position < self.weight_limit))
 
-        if self._registered_ready:
-            ready_unmoved = per_slot("ready_unmoved", 1)    # position as it is now
-            ready_advanced = per_slot("ready_advanced", 1)  # position + 1
-            advanced = per_slot("advanced", 1)              # chosen last cycle
-            rows_ready = [Mux(advanced[s], ready_advanced[s], ready_unmoved[s])
-                          for s in range(slots)]
-        else:
-            rows_ready = [rows_ready_at(position[s], weighted[s]) for s in range(slots)]
         ready = Signal(slots)
-        for s in range(slots):
-            m.d.comb += ready[s].eq(active[s] & (final[s] | rows_ready[s]))
+        if not self._registered_ready:
+            for s in range(slots):
+                m.d.comb += ready[s].eq(active[s] & (final[s] | rows_ready_at(position[s],
+                                                                              weighted[s])))
 
         row_queue = fifo.SyncFIFOBuffered(width=self._row_op_layout().size,
                                           depth=self.row_queue_depth)
@@ -257,9 +252,9 @@ class GatherIssuer(wiring.Component):
         p_op = Signal(slot_op)
         if self._registered_index_address:
             a_op = Signal(slot_op)
-            m.d.sync += [a_valid.eq(go), p_valid.eq(a_valid & ~self.start)]
-            with m.If(go):
-                m.d.sync += a_op.eq(c_op)
+            # Loaded every cycle (`a_valid` says whether it holds the chosen op): its hundred
+            # enables then do not wait for the round robin's `go`.
+            m.d.sync += [a_valid.eq(go), p_valid.eq(a_valid & ~self.start), a_op.eq(c_op)]
             with m.If(a_valid):
                 m.d.sync += p_op.eq(a_op)
             read_line = a_op.position >> 4
@@ -427,20 +422,25 @@ class GatherIssuer(wiring.Component):
                     scale[s].eq(descriptor.scale),
                 ]
         if self._registered_ready:
+            # Each slot's readiness next cycle, whole, as a register: what it will be if the
+            # slot is chosen now, loaded now, or left, each from the registers and this
+            # cycle's limits, chosen last by the slot's grant. The round robin then starts
+            # from one flip-flop a slot, not from a choice among its comparisons.
             for s in range(slots):
                 with m.If(self.start | self.stop):
-                    m.d.sync += [ready_unmoved[s].eq(0), ready_advanced[s].eq(0),
-                                 advanced[s].eq(0)]
-                with m.Elif(~chosen_now[s] & load & (load_slot == s)):
-                    m.d.sync += [ready_unmoved[s].eq(rows_ready_at(descriptor.start,
-                                                                   loaded_weighted)),
-                                 advanced[s].eq(0)]
+                    m.d.sync += ready[s].eq(0)
+                with m.Elif(chosen_now[s]):
+                    # (Chosen: the bag closes, its closing op is next, or its next row.)
+                    m.d.sync += ready[s].eq(
+                        ~final[s] & (last_row[s] & mean[s]
+                                     | ~last_row[s] & rows_ready_at(position[s] + 1,
+                                                                    weighted[s])))
+                with m.Elif(load & (load_slot == s)):
+                    m.d.sync += ready[s].eq(no_rows | rows_ready_at(descriptor.start,
+                                                                    loaded_weighted))
                 with m.Else():
-                    m.d.sync += [
-                        ready_unmoved[s].eq(rows_ready_at(position[s], weighted[s])),
-                        ready_advanced[s].eq(rows_ready_at(position[s] + 1, weighted[s])),
-                        advanced[s].eq(chosen_now[s]),
-                    ]
+                    m.d.sync += ready[s].eq(active[s] & (final[s] | rows_ready_at(
+                        position[s], weighted[s])))
         with m.If(self.start):
             m.d.sync += [frontier.eq(0), last_chosen.eq(1 << (slots - 1))]
         with m.Elif(load):
