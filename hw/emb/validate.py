@@ -603,14 +603,14 @@ class IndexValidator(wiring.Component):
             # `rows_fresh` holds the walk anyway.
             next_end = Signal(32)
             next_last_line = Signal(28)
-            m.d.sync += [next_end.eq(following_end),
-                         next_last_line.eq((following_end - 1)[4:32])]
+            following_last_line = (following_end - 1)[4:32]
+            m.d.sync += [next_end.eq(following_end), next_last_line.eq(following_last_line)]
             next_flags = [Signal(name=f"next_{name}") for name in
                           ("final", "exhausted", "ends_in_line", "is_table")]
             m.d.sync += [flag.eq(value) for flag, value in zip(next_flags, [
                 following_end == num_indices, following_end == table_end,
                 following_end[4:] == table_end[4:],
-                (following_end - 1)[4:32] == table_end[4:]], strict=True)]
+                following_last_line == table_end[4:]], strict=True)]
             next_final, next_exhausted, next_ends_in_line, next_is_table = next_flags
 
         def next_table():

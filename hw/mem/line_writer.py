@@ -1,6 +1,6 @@
 """Buffer 64-byte lines and write each one to memory as a single-beat AXI4 write."""
 
-from amaranth.hdl import Module, Signal, unsigned
+from amaranth.hdl import Module, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -52,7 +52,6 @@ class LineWriter(wiring.Component):
         self._depth = depth
         self._addr_width = addr_width
         self._line_width = line_width
-        self._registered_beats = registered_beats
         self._issue = WriteQueue(line_address_width=addr_width - 6, line_width=line_width,
                                  max_outstanding=self.MAX_OUTSTANDING,
                                  registered_beats=registered_beats)
@@ -86,17 +85,11 @@ class LineWriter(wiring.Component):
         # Lines leave once enabled; a flush drops those not offered yet; a line offered
         # stays offered until it completes, enabled or not (with registered beats the
         # issue's registers hold it, and the queue's head is not offered yet).
-        offered = Signal()
-        if not self._registered_beats:
-            with m.If(issue.i.ready):
-                m.d.sync += offered.eq(0)
-            with m.Elif(issue.aw.valid | issue.w.valid):
-                m.d.sync += offered.eq(1)
         m.d.comb += [
             queue.w_en.eq(self.lines.valid),
             queue.w_data.eq(self.lines.payload),
             self.level.eq(queue.level),
-            issue.i.valid.eq(queue.r_rdy & (self.enable | self.flush | offered)),
+            issue.i.valid.eq(queue.r_rdy & (self.enable | self.flush | issue.offered)),
             issue.i.payload.address.eq(head.line),
             issue.i.payload.data.eq(head.data),
             queue.r_en.eq(issue.i.ready),

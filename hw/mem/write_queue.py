@@ -53,6 +53,10 @@ class WriteQueue(wiring.Component):
         Nothing queued here and nothing outstanding: every write so far is persistent.
     error : ``Out(1)``
         A completion this cycle carries SLVERR/DECERR.
+    offered : ``Out(1)``
+        The entry on ``i`` has had its beats offered (without ``registered_beats``; always 0
+        with, where the registers hold it): it is completed whatever ``stop`` says, and its
+        producer must keep ``i.valid`` until it is taken.
     """
 
     def __init__(self, *, line_address_width, line_width=512, max_outstanding=64,
@@ -72,6 +76,7 @@ class WriteQueue(wiring.Component):
             "outstanding": Out(range(max_outstanding + 1)),
             "idle": Out(1),
             "error": Out(1),
+            "offered": Out(1),
         })
 
     def elaborate(self, platform):
@@ -129,6 +134,7 @@ class WriteQueue(wiring.Component):
         address_sent = Signal()
         data_sent = Signal()
         offered = Signal()  # valid has been raised for the head entry: it must complete
+        m.d.comb += self.offered.eq(offered)
 
         live = self.i.valid & (offered | ~self.stop)
         m.d.comb += [
