@@ -39,7 +39,9 @@ class UniqueRows(wiring.Component):
         The occurrence's slot; ``fresh`` marks the first occurrence of the slot in the chunk
         (its gradient sum starts from +0.0).
     full : ``Out(1)``
-        An occurrence waits for a slot: the chunk is complete.
+        An occurrence waits for a slot: the chunk is complete. With ``registered_accept``
+        from the cycle after its key's comparison found no slot (from flip-flops, so the
+        comparisons do not reach the engine's state).
     count : ``Out(range(capacity + 1))``
         Slots in use.
     clear : ``In(1)``
@@ -120,8 +122,7 @@ class UniqueRows(wiring.Component):
                 Cat(*(match for slot, match in enumerate(matches) if slot >> bit & 1),
                     pending_match & pending_slot[bit]).any())
         room = count != self._capacity
-        m.d.comb += [self.full.eq(self.i.valid & ~self.probe & ~hit & ~room),
-                     self.probe_hit.eq(hit), self.probe_slot.eq(hit_slot)]
+        m.d.comb += [self.probe_hit.eq(hit), self.probe_slot.eq(hit_slot)]
 
         # Whether the occurrence may be taken: while there is room, always; when the chunk is
         # full, with registered_accept only if last cycle's comparison (of the same
@@ -135,6 +136,12 @@ class UniqueRows(wiring.Component):
                          compared_hit.eq(hit)]
             room = room_left
             known = compared & compared_hit
+            # The occurrence compared last cycle is still the one offered (it was not taken)
+            # and no key has changed since, so its comparison still holds unless a probe
+            # takes the comparators now.
+            m.d.comb += self.full.eq(compared & ~compared_hit & ~self.probe)
+        else:
+            m.d.comb += self.full.eq(self.i.valid & ~self.probe & ~hit & ~room)
         output_free = ~self.o.valid | self.o.ready
         insert = Signal()   # the occurrence takes the next free slot
         with m.If(self.o.ready):

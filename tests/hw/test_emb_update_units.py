@@ -199,6 +199,36 @@ def test_unique_rows_key_reads_back_the_cycle_after_it_is_taken(registered_accep
     assert seen == [(1, 1, 10), (2, 2, 20), (2, 2, 20), (3, 3, 30)]
 
 
+@pytest.mark.parametrize("registered_accept", [False, True], ids=["compared", "registered"])
+def test_unique_rows_full_waits_for_a_probe(registered_accept):
+    """A full chunk says so while an unknown key waits, except while a probe has the
+    comparators (the correction's), and again after it."""
+    dut = UniqueRows(capacity=2, table_width=2, payload_shape=1,
+                     registered_accept=registered_accept)
+
+    async def testbench(ctx):
+        ctx.set(dut.o.ready, 1)
+        for row in (10, 20):
+            ctx.set(dut.i.payload.row, row)
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.payload.row, 30)   # no slot left for it
+        flags = []
+        for probing in (0, 0, 0, 1, 1, 0, 0):
+            ctx.set(dut.probe, probing)
+            ctx.set(dut.probe_key, {"table": 0, "row": 20})
+            await ctx.delay(0)
+            flags.append((probing, ctx.get(dut.full), ctx.get(dut.i.ready)))
+            await ctx.tick()
+        assert all(not ready for *_, ready in flags), flags
+        assert [full for probing, full, _ in flags if probing] == [0, 0], flags
+        # (With registered_accept the comparison of the cycle before says it.)
+        assert [full for _, full, _ in flags[-2:]] == [1 if not registered_accept else 0, 1], \
+            flags
+
+    simulate(dut, testbench, deadline=200)
+
+
 def test_unique_rows_registered_accept_is_a_bool():
     with pytest.raises(TypeError, match=r"^Registered accept must be True or False, not 1$"):
         UniqueRows(capacity=4, table_width=1, payload_shape=1, registered_accept=1)
