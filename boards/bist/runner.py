@@ -3,7 +3,7 @@ expectations, and counters of compared results and errors."""
 
 import itertools
 
-from amaranth import Const, Module, Mux, Signal, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -19,6 +19,8 @@ COUNT_WIDTH = 16
 # Exact comparisons of wider results from a device that can hold them run this many bits a
 # cycle (see CheckRunner.compare_beats).
 COMPARE_SLICE_BITS = 128
+# ... and a slice's comparison is registered in parts of this many bits before it is judged.
+COMPARE_PART_BITS = 32
 
 
 class CheckRunner(wiring.Component):
@@ -257,16 +259,29 @@ class CheckRunner(wiring.Component):
                     m.d.sync += comparing.eq(0)
                 with m.Else():
                     m.d.sync += beat.eq(beat + 1)
-            differs = Signal()  # an earlier slice of the staged result
-            mismatch = staged_actual != staged_expected
-            with m.If(staged_valid):
-                with m.If(staged_last):
+            # The slice's comparison is registered by 32-bit parts, and judged the cycle
+            # after: the 128-bit comparison then ends at flip-flops, not in front of the
+            # error count's term (a ULX3S build's path, 15.0 ns).
+            judged_valid = Signal()
+            judged_last = Signal()
+            judged_extra = Signal()
+            parts = [Signal(name=f"part_differs_{k}")
+                     for k in range(-(-slice_width // COMPARE_PART_BITS))]
+            m.d.sync += [judged_valid.eq(staged_valid), judged_last.eq(staged_last),
+                         judged_extra.eq(staged_extra)]
+            for k, part in enumerate(parts):
+                bits = slice(k * COMPARE_PART_BITS, (k + 1) * COMPARE_PART_BITS)
+                m.d.sync += part.eq(staged_actual[bits] != staged_expected[bits])
+            differs = Signal()  # an earlier slice of the judged result
+            mismatch = Cat(*parts).any()
+            with m.If(judged_valid):
+                with m.If(judged_last):
                     m.d.sync += differs.eq(0)
-                    m.d.comb += wrong.eq(staged_extra | differs | mismatch)
+                    m.d.comb += wrong.eq(judged_extra | differs | mismatch)
                 with m.Else():
                     m.d.sync += differs.eq(differs | mismatch)
-            # The check is not over while its last slice waits in the stage.
-            m.d.comb += settling.eq(staged_valid)
+            # The check is not over while its last slice waits in the stages.
+            m.d.comb += settling.eq(staged_valid | judged_valid)
         # The error count adds registered terms, so neither the comparison nor the timeout's
         # `finish` is in front of its adder. A wrong result counts a cycle after its
         # comparison, still no later than the `done` of its check (`finish` waits for the
