@@ -137,7 +137,8 @@ class LookupEngine(wiring.Component):
         its own copy of the pooler's operand choice and factor registers, and each 32-bit
         lane of the offset and index line streams its own copy of their read pointer
         (:mod:`hw.fanout`); and the offset, index and weight windows ask for lines from
-        registers (:class:`~hw.mem.line_stream.LineStream`, ``registered_fetch``); a sequential
+        registers (:class:`~hw.mem.line_stream.LineStream`, ``registered_fetch``), as do the
+        prefetches that read lines out of them (``LinePrefetch(registered_issue=)``); a sequential
         MEAN divider finds one quotient bit a cycle, not two; and the issuer's read requests
         pass a skid buffer (:class:`~hw.skid.SkidBuffer`) on their way to the reorder buffer,
         so the memory's ``ready`` no longer reaches the issuer's row queue in the same cycle
@@ -310,9 +311,10 @@ class LookupEngine(wiring.Component):
         # and each lane's part of the reorder buffer's lines and of the writer's queue is
         # addressed by its own registers.
         pointer_copies = LANES if self._fpga_pipelining else 1
-        m.submodules.offsets_check = offsets_check = LinePrefetch(pointer_copies=pointer_copies)
-        m.submodules.offsets_use = offsets_use = LinePrefetch(pointer_copies=pointer_copies)
-        m.submodules.indices_check = indices_check = LinePrefetch(pointer_copies=pointer_copies)
+        prefetch = dict(pointer_copies=pointer_copies, registered_issue=self._fpga_pipelining)
+        m.submodules.offsets_check = offsets_check = LinePrefetch(**prefetch)
+        m.submodules.offsets_use = offsets_use = LinePrefetch(**prefetch)
+        m.submodules.indices_check = indices_check = LinePrefetch(**prefetch)
         m.submodules.offsets_validator = offsets_validator = OffsetsValidator(
             max_tables=self._max_tables, registered_window=self._fpga_pipelining,
             decide_ahead=self._fpga_pipelining)

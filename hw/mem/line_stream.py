@@ -186,6 +186,11 @@ class LinePrefetch(wiring.Component):
         The read pointer that picks a buffered line for ``lines.payload`` is held in this many
         registers, each choosing an equal part of the line (:func:`hw.fanout.lane_copies`):
         on an FPGA one pointer steering all 512 bits is a net spread over the die. Default 1.
+    registered_issue : bool
+        Whether a line is left below ``limit`` is a register, compared with the limit of the
+        cycle before: a read then starts from flip-flops, not from a 32-bit comparison, and
+        waits a cycle longer when a line has only just landed, and the cycle after a
+        restart. Default False.
 
     Members
     -------
@@ -193,7 +198,8 @@ class LinePrefetch(wiring.Component):
         Pulse: start again from line ``first``.
     first : ``In(32)``
     limit : ``In(32)``
-        Lines below this may be read (the window's ``written``).
+        Lines below this may be read (the window's ``written``). It only grows between
+        restarts.
     addr : ``Out(32)``, data : ``In(line_width)``
         The window read port.
     lines : ``Out(stream.Signature(line_width))``
@@ -201,13 +207,14 @@ class LinePrefetch(wiring.Component):
 
     DEPTH = 3
 
-    def __init__(self, *, line_width=512, pointer_copies=1):
+    def __init__(self, *, line_width=512, pointer_copies=1, registered_issue=False):
         if (not isinstance(pointer_copies, int) or isinstance(pointer_copies, bool)
                 or pointer_copies < 1 or line_width % pointer_copies):
             raise ValueError(f"Pointer copies must be a positive integer that divides the "
                              f"line width {line_width}, not {pointer_copies!r}")
         self._line_width = line_width
         self._pointer_copies = pointer_copies
+        self._registered_issue = check_bool("Registered issue", registered_issue)
         super().__init__({
             "restart": In(1),
             "first": In(COUNT_WIDTH),
@@ -229,9 +236,19 @@ class LinePrefetch(wiring.Component):
         in_ptr = Signal(range(depth))
 
         issue = Signal()
+        if self._registered_issue:
+            # (A limit a cycle old is a safe bound: it only grows until the next restart.)
+            lines_left = Signal()
+            with m.If(self.restart):
+                m.d.sync += lines_left.eq(0)
+            with m.Elif(issue):
+                m.d.sync += lines_left.eq(fetch_ptr + 1 != self.limit)
+            with m.Else():
+                m.d.sync += lines_left.eq(fetch_ptr != self.limit)
+        else:
+            lines_left = fetch_ptr != self.limit
         m.d.comb += [
-            issue.eq(~self.restart & (fetch_ptr != self.limit)
-                     & (level + in_flight < depth)),
+            issue.eq(~self.restart & lines_left & (level + in_flight < depth)),
             self.addr.eq(fetch_ptr),
             self.lines.valid.eq(level != 0),
         ]

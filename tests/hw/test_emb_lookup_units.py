@@ -144,7 +144,8 @@ def test_line_stream_respects_its_window_and_lands_in_order(pointer_copies, regi
     m = Module()
     m.submodules.stream = window = LineStream(capacity=capacity, addr_width=20, line_width=32,
                                               registered_fetch=registered_fetch)
-    m.submodules.prefetch = prefetch = LinePrefetch(line_width=32, pointer_copies=pointer_copies)
+    m.submodules.prefetch = prefetch = LinePrefetch(line_width=32, pointer_copies=pointer_copies,
+                                                    registered_issue=registered_fetch)
     m.d.comb += [window.check_addr.eq(prefetch.addr), prefetch.data.eq(window.check_data),
                  prefetch.limit.eq(window.written)]
     draw = random.Random(5)
@@ -195,13 +196,49 @@ def test_line_stream_respects_its_window_and_lands_in_order(pointer_copies, regi
     assert got == [(100 + k) * 7 for k in range(count)]
 
 
+@pytest.mark.parametrize("registered_issue", [False, True])
+def test_line_prefetch_reads_no_line_past_a_limit_lowered_by_a_restart(registered_issue):
+    """The window restarts with the stream: its limit falls to 0 and grows again. A line at
+    or past the limit of the cycle it is read in reads as poison and must never come out."""
+    prefetch = LinePrefetch(line_width=32, registered_issue=registered_issue)
+    limit = {"now": 100}
+
+    async def window(ctx):  # a read port: the line at `addr`, a cycle later
+        async for _, _, address in ctx.tick().sample(prefetch.addr):
+            ctx.set(prefetch.data, address * 7 if address < limit["now"] else 0xDEAD)
+
+    async def bench(ctx):
+        got = []
+        ctx.set(prefetch.lines.ready, 1)
+        for first_limit, later_limits in ((100, []), (0, [0, 0, 2, 2, 2, 3, 6, 6, 6, 6, 6, 6])):
+            limit["now"] = first_limit
+            ctx.set(prefetch.limit, first_limit)
+            ctx.set(prefetch.restart, 1)
+            await ctx.tick()
+            ctx.set(prefetch.restart, 0)
+            for value in later_limits or [100] * 6:
+                limit["now"] = value
+                ctx.set(prefetch.limit, value)
+                _, _, valid, line = await ctx.tick().sample(prefetch.lines.valid,
+                                                            prefetch.lines.payload)
+                if valid:
+                    got.append(line)
+        assert 0xDEAD not in got, got
+        assert got[-6:] == [7 * k for k in range(6)], got
+
+    simulate(prefetch, bench, processes=(window,), deadline=500)
+
+
+@pytest.mark.parametrize("registered_issue", [False, True])
 @pytest.mark.parametrize("pointer_copies", [1, 4])
 @pytest.mark.parametrize("taken", [1, 2, 3])
 @pytest.mark.parametrize("stalled", [0, 1, 2])
-def test_line_prefetch_restarts_while_a_line_lands(pointer_copies, taken, stalled):
+def test_line_prefetch_restarts_while_a_line_lands(pointer_copies, taken, stalled,
+                                                   registered_issue):
     """A restart while slots are full and a read is in flight drops them: the lines after
     it come from the new first line, whichever slot the old stream had reached."""
-    prefetch = LinePrefetch(line_width=32, pointer_copies=pointer_copies)
+    prefetch = LinePrefetch(line_width=32, pointer_copies=pointer_copies,
+                            registered_issue=registered_issue)
 
     async def window(ctx):  # a read port: the line at `addr`, a cycle later
         async for _, _, address in ctx.tick().sample(prefetch.addr):
@@ -266,6 +303,8 @@ def test_line_stream_reads_a_line_per_cycle_and_stops_at_its_count(registered_fe
 def test_line_stream_rejects_a_registered_fetch_that_is_not_a_bool():
     with pytest.raises(TypeError, match=r"^Registered fetch must be True or False, not 1$"):
         LineStream(capacity=4, addr_width=20, registered_fetch=1)
+    with pytest.raises(TypeError, match=r"^Registered issue must be True or False, not 1$"):
+        LinePrefetch(registered_issue=1)
 
 
 @pytest.mark.parametrize("copies", [0, 3, True, 2.0])
