@@ -316,15 +316,21 @@ class LineRequester(wiring.Component):
                 SkidBuffer(shape=self.request.payload.shape()))
             wiring.connect(m, skid.o, wiring.flipped(self.request))
             request = skid.i
+        # Whether lines are left (issued != line_count) is a register, so a request's valid
+        # comes from a flip-flop, not from a 29-bit comparison (a ULX3S build's index line
+        # requests, nine LUT levels in front of the skid buffer and the line register).
+        lines_left = Signal()
         with m.If(self.start):
-            m.d.sync += [line_count.eq(self.lines), issued.eq(0), next_line.eq(self.base)]
+            m.d.sync += [line_count.eq(self.lines), issued.eq(0), next_line.eq(self.base),
+                         lines_left.eq(self.lines != 0)]
         with m.Else():
             m.d.comb += [
-                request.valid.eq(issued != line_count),
+                request.valid.eq(lines_left),
                 request.payload.eq(next_line),
             ]
             with m.If(request.valid & request.ready):
-                m.d.sync += [issued.eq(issued + 1), next_line.eq(next_line + 1)]
+                m.d.sync += [issued.eq(issued + 1), next_line.eq(next_line + 1),
+                             lines_left.eq(issued + 1 != line_count)]
         return m
 
 

@@ -12,7 +12,7 @@ from amaranth.lib import data, wiring
 from hw.emb.layouts import table_layout
 from hw.emb.update_datapath import CorrectionKind, UpdateDatapath
 from hw.emb.update_fetch import GradientFetch, RowFetch
-from hw.emb.update_reads import ReadRouter, WordReader
+from hw.emb.update_reads import LineRequester, ReadRouter, WordReader
 from hw.emb.update_reciprocal import Reciprocal, reciprocal_bits
 from hw.emb.update_rows import UniqueRows
 from hw.fp import FPMul
@@ -197,6 +197,39 @@ def test_unique_rows_key_reads_back_the_cycle_after_it_is_taken(registered_accep
 
     simulate(dut, testbench, deadline=200)
     assert seen == [(1, 1, 10), (2, 2, 20), (2, 2, 20), (3, 3, 30)]
+
+
+@pytest.mark.parametrize("registered_request", [False, True], ids=["direct", "skid"])
+def test_line_requester_asks_for_each_line_once(registered_request):
+    """Each run asks for its ``lines`` addresses from ``base`` under random back-pressure, none
+    for an empty run, and a start mid-run abandons the old one."""
+    dut = LineRequester(line_address_width=20, registered_request=registered_request)
+    draw = random.Random(3)
+    runs = [(100, 5, None), (7, 0, None), (500, 9, 3), (40, 1, None), (900, 4, None)]
+    asked = []
+
+    async def testbench(ctx):
+        for base, lines, abandon_after in runs:
+            ctx.set(dut.base, base)
+            ctx.set(dut.lines, lines)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            got = []
+            for _ in range(40):
+                if abandon_after is not None and len(got) == abandon_after:
+                    break
+                ctx.set(dut.request.ready, draw.random() < 0.6)
+                _, _, valid, ready, line = await ctx.tick().sample(
+                    dut.request.valid, dut.request.ready, dut.request.payload)
+                if valid and ready:
+                    got.append(line)
+            asked.append(got)
+        ctx.set(dut.request.ready, 0)
+
+    pysim.simulate(dut, testbench, deadline=1_000)
+    assert asked == [[100 + k for k in range(5)], [], [500, 501, 502], [40],
+                     [900 + k for k in range(4)]]
 
 
 @pytest.mark.parametrize("registered_accept", [False, True], ids=["compared", "registered"])
