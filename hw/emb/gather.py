@@ -77,10 +77,10 @@ class GatherIssuer(wiring.Component):
     With ``registered_ready`` a slot's readiness is a register: each cycle compares the
     slot's position as it will be next cycle (the same, one further if chosen now, or a newly
     loaded bag's start) with the limits of this cycle, and the choice of slot picks the
-    outcome. The slot choice then starts from
-    flip-flops, not from the windows' fill counters and 32-bit comparisons. Both limits only
-    grow while a pass runs, so an older limit is a safe one; a row waits a cycle longer when
-    its index has only just landed. ``start`` and ``stop`` clear the readiness.
+    outcome. The slot choice then starts from flip-flops, not from the windows' fill counters
+    and 32-bit comparisons. Both limits only grow while a pass runs, so an older limit is a
+    safe one; a row waits a cycle longer when its index has only just landed. ``start`` and
+    ``stop`` clear the readiness.
 
     With ``registered_row_op`` the index, its table's configuration and the op's fields are
     registered in a stage of their own (Q) before the row op is formed, so the row's line

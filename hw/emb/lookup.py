@@ -138,18 +138,18 @@ class LookupEngine(wiring.Component):
         lane of the offset and index line streams its own copy of their read pointer
         (:mod:`hw.fanout`); and the offset, index and weight windows ask for lines from
         registers (:class:`~hw.mem.line_stream.LineStream`, ``registered_fetch``), as do the
-        prefetches that read lines out of them (``LinePrefetch(registered_issue=)``); a sequential
-        MEAN divider finds one quotient bit a cycle, not two; and the issuer's read requests
-        pass a skid buffer (:class:`~hw.skid.SkidBuffer`) on their way to the reorder buffer,
-        so the memory's ``ready`` no longer reaches the issuer's row queue in the same cycle
-        (a cycle more per read), and the memory's read requests leave through one (the
-        register they left from before, so no cycle more); and the offsets validator compares
-        a registered window and decides each step of its walk a cycle ahead (a step every
-        other cycle, still twice the bag sequencer's rate)
+        prefetches that read lines out of them (``LinePrefetch(registered_issue=)``); a
+        sequential MEAN divider finds one quotient bit a cycle, not two; and the issuer's read
+        requests pass a skid buffer (:class:`~hw.skid.SkidBuffer`) on their way to the
+        reorder buffer, so the memory's ``ready`` no longer reaches the issuer's row queue in
+        the same cycle (a cycle more per read), and the memory's read requests leave through
+        one (the register they left from before, so no cycle more); and the offsets
+        validator compares a registered window and decides each step of its walk a cycle
+        ahead, a step every other cycle, still twice the bag sequencer's rate
         (:class:`~hw.emb.validate.OffsetsValidator`, ``registered_window``,
-        ``decide_ahead``); with folded
-        lanes the pooler's hazard check is a register (:mod:`hw.emb.pool`,
-        ``registered_hazard``). Needs a multiplier of at least two stages. Default False.
+        ``decide_ahead``); with folded lanes the pooler's hazard check is a register
+        (:mod:`hw.emb.pool`, ``registered_hazard``). Needs a multiplier of at least two
+        stages. Default False.
     lane_fold : int
         Cycles a line takes through the pooler's multiplier and adder, folded
         :class:`~hw.fp.FPLanes` of ``16 / lane_fold`` units each (1, 2, 4, 8 or 16): an FPGA
