@@ -8,7 +8,7 @@ first, and hang the suite with the second; :func:`simulate` stops at whichever c
 
 from amaranth.sim import Simulator
 
-__all__ = ["WriteMemory", "simulate"]
+__all__ = ["WriteMemory", "simulate", "start"]
 
 
 def simulate(dut, *testbenches, processes=(), background=(), deadline: int,
@@ -55,6 +55,15 @@ def simulate(dut, *testbenches, processes=(), background=(), deadline: int,
             f"{len(testbenches) - len(returned)} of {len(testbenches)} testbenches still waiting "
             f"after {deadline} cycles: the design hangs")
     return len(returned) == len(testbenches)
+
+
+async def start(ctx, dut, **inputs):
+    """Set ``dut``'s ``inputs`` (member name to value) and pulse its ``start`` for a cycle."""
+    for name, value in inputs.items():
+        ctx.set(getattr(dut, name), value)
+    ctx.set(dut.start, 1)
+    await ctx.tick()
+    ctx.set(dut.start, 0)
 
 
 class WriteMemory:

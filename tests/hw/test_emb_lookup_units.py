@@ -279,11 +279,7 @@ def test_line_stream_reads_a_line_per_cycle_and_stops_at_its_count(registered_fe
         ctx.set(window.ar.ready, 1)
         ctx.set(window.freed, 0)
         for base, count in ((40, 5), (200, 0), (7, 3)):
-            ctx.set(window.base, base)
-            ctx.set(window.count, count)
-            ctx.set(window.start, 1)
-            await ctx.tick()
-            ctx.set(window.start, 0)
+            await pysim.start(ctx, window, base=base, count=count)
             lines = []
             for cycle in range(count + 4):
                 if ctx.get(window.ar.valid):

@@ -210,11 +210,7 @@ def test_line_requester_asks_for_each_line_once(registered_request):
 
     async def testbench(ctx):
         for base, lines, abandon_after in runs:
-            ctx.set(dut.base, base)
-            ctx.set(dut.lines, lines)
-            ctx.set(dut.start, 1)
-            await ctx.tick()
-            ctx.set(dut.start, 0)
+            await pysim.start(ctx, dut, base=base, lines=lines)
             got = []
             for _ in range(40):
                 if abandon_after is not None and len(got) == abandon_after:
@@ -395,11 +391,7 @@ def test_word_reader_delivers_a_word_per_cycle(registered_output):
     async def consume(ctx):
         ctx.set(reader.request.ready, 1)
         ctx.set(reader.o.ready, 1)
-        ctx.set(reader.base, base)
-        ctx.set(reader.words, words)
-        ctx.set(reader.start, 1)
-        await ctx.tick()
-        ctx.set(reader.start, 0)
+        await pysim.start(ctx, reader, base=base, words=words)
         received = []
         cycle = 0
         while len(received) < words:
