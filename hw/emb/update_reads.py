@@ -19,6 +19,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.fanout import word_of_line
+from hw.mem.line_stream import registered_lines_left
 from hw.mem.sliced_fifo import SlicedFIFO, check_slices, registered_sliced_memory
 from hw.params import check_bool
 from hw.skid import SkidBuffer
@@ -319,18 +320,18 @@ class LineRequester(wiring.Component):
         # Whether lines are left (issued != line_count) is a register, so a request's valid
         # comes from a flip-flop, not from a 29-bit comparison (a ULX3S build's index line
         # requests, nine LUT levels in front of the skid buffer and the line register).
-        lines_left = Signal()
+        taken = request.valid & request.ready
+        lines_left = registered_lines_left(m, issued=issued, end=line_count, advance=taken,
+                                           restart=self.start, at_restart=self.lines != 0)
         with m.If(self.start):
-            m.d.sync += [line_count.eq(self.lines), issued.eq(0), next_line.eq(self.base),
-                         lines_left.eq(self.lines != 0)]
+            m.d.sync += [line_count.eq(self.lines), issued.eq(0), next_line.eq(self.base)]
         with m.Else():
             m.d.comb += [
                 request.valid.eq(lines_left),
                 request.payload.eq(next_line),
             ]
-            with m.If(request.valid & request.ready):
-                m.d.sync += [issued.eq(issued + 1), next_line.eq(next_line + 1),
-                             lines_left.eq(issued + 1 != line_count)]
+            with m.If(taken):
+                m.d.sync += [issued.eq(issued + 1), next_line.eq(next_line + 1)]
         return m
 
 

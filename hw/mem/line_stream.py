@@ -17,9 +17,25 @@ from amaranth.utils import exact_log2
 from hw.fanout import lane_copies
 from hw.params import check_bool
 
-__all__ = ["LinePrefetch", "LineStream"]
+__all__ = ["LinePrefetch", "LineStream", "registered_lines_left"]
 
 COUNT_WIDTH = 32
+
+
+def registered_lines_left(m, *, issued, end, advance, restart, at_restart, name="lines_left"):
+    """``issued != end`` as a register, for a count ``issued`` of lines asked for that moves up
+    by one on ``advance`` and starts again on ``restart`` (the register then takes
+    ``at_restart``). Loaded every cycle with the comparison for the count ``issued`` will hold,
+    so a request's ``valid`` comes from a flip-flop, not from a wide comparison; ``end`` is
+    seen a cycle late (safe where it only grows, or is constant, until the next restart)."""
+    left = Signal(name=name)
+    with m.If(restart):
+        m.d.sync += left.eq(at_restart)
+    with m.Elif(advance):
+        m.d.sync += left.eq((issued + 1)[:len(issued)] != end)
+    with m.Else():
+        m.d.sync += left.eq(issued != end)
+    return left
 
 
 class LineStream(wiring.Component):
@@ -116,18 +132,19 @@ class LineStream(wiring.Component):
 
         fetched = self.ar.valid & self.ar.ready
         if self._registered_fetch:
-            lines_left = Signal()  # issued != count
+            lines_left = registered_lines_left(m, issued=issued, end=count, advance=fetched,
+                                               restart=self.start,
+                                               at_restart=self.count != 0)
             room = Signal()        # issued - freed < capacity
             # Both outcomes are computed from registers and `freed`, and `fetched` (which
             # the read-address arbiter decides late in the cycle) only picks one.
-            one_more = (issued + 1)[:COUNT_WIDTH]
             with m.If(self.start):
                 # Nothing issued and (freed counting from this start) nothing freed: room.
-                m.d.sync += [lines_left.eq(self.count != 0), room.eq(1)]
+                m.d.sync += room.eq(1)
             with m.Elif(fetched):
-                m.d.sync += [lines_left.eq(one_more != count), room.eq(has_room(one_more))]
+                m.d.sync += room.eq(has_room((issued + 1)[:COUNT_WIDTH]))
             with m.Else():
-                m.d.sync += [lines_left.eq(issued != count), room.eq(has_room(issued))]
+                m.d.sync += room.eq(has_room(issued))
         else:
             lines_left = issued != count
             room = has_room(issued)
@@ -237,14 +254,11 @@ class LinePrefetch(wiring.Component):
 
         issue = Signal()
         if self._registered_issue:
-            # (A limit a cycle old is a safe bound: it only grows until the next restart.)
-            lines_left = Signal()
-            with m.If(self.restart):
-                m.d.sync += lines_left.eq(0)
-            with m.Elif(issue):
-                m.d.sync += lines_left.eq(fetch_ptr + 1 != self.limit)
-            with m.Else():
-                m.d.sync += lines_left.eq(fetch_ptr != self.limit)
+            # (A limit a cycle old is a safe bound: it only grows until the next restart. The
+            # cycle after a restart compares with the new limit before any read.)
+            lines_left = registered_lines_left(m, issued=fetch_ptr, end=self.limit,
+                                               advance=issue, restart=self.restart,
+                                               at_restart=0)
         else:
             lines_left = fetch_ptr != self.limit
         m.d.comb += [
