@@ -187,21 +187,38 @@ class BagSequencer(wiring.Component):
         # the walk before.
         validated = Signal()
         last_entry = Signal()
+        # Whether taking the entry also frees its line (the line's last word, or the walk's
+        # last entry).
+        frees_line = Signal()
         if self._registered_descriptor:
-            took, started = Signal(), Signal()
+            # (`start` clears the validations: the cycle after it takes nothing.) Whether
+            # the entry is validated and frees its line is a register of its own, so the
+            # line stream's ready is `take`'s logic, not behind it (in front of the offsets
+            # prefetch's pointer copies on a ULX3S build).
+            took = Signal()
             validated_held, validated_next = Signal(), Signal()
             last_held, last_next = Signal(), Signal()
-            m.d.sync += [took.eq(take), started.eq(self.start),
-                         validated_held.eq(entry < self.limit),
-                         validated_next.eq(entry + 1 < self.limit),
-                         last_held.eq(entry + 1 == entries), last_next.eq(entry + 2 == entries)]
-            m.d.comb += [validated.eq(~started & Mux(took, validated_next, validated_held)),
-                         last_entry.eq(Mux(took, last_next, last_held))]
+            frees_held, frees_next = Signal(), Signal()
+            m.d.sync += [
+                took.eq(take),
+                validated_held.eq(~self.start & (entry < self.limit)),
+                validated_next.eq(~self.start & (entry + 1 < self.limit)),
+                last_held.eq(entry + 1 == entries), last_next.eq(entry + 2 == entries),
+                frees_held.eq(~self.start & (entry < self.limit) &
+                              ((entry[:4] == LANES - 1) | (entry + 1 == entries))),
+                frees_next.eq(~self.start & (entry + 1 < self.limit) &
+                              ((entry[:4] == LANES - 2) | (entry + 2 == entries))),
+            ]
+            m.d.comb += [validated.eq(Mux(took, validated_next, validated_held)),
+                         last_entry.eq(Mux(took, last_next, last_held)),
+                         frees_line.eq(Mux(took, frees_next, frees_held))]
         else:
-            m.d.comb += [validated.eq(entry < self.limit), last_entry.eq(entry + 1 == entries)]
+            m.d.comb += [validated.eq(entry < self.limit), last_entry.eq(entry + 1 == entries),
+                         frees_line.eq(validated & ((entry[:4] == LANES - 1) | last_entry))]
+        takes = active & self.lines.valid & room
         m.d.comb += [
-            take.eq(active & self.lines.valid & validated & room),
-            self.lines.ready.eq(take & ((entry[:4] == LANES - 1) | last_entry)),
+            take.eq(takes & validated),
+            self.lines.ready.eq(takes & frees_line),
             self.freed.eq(entry >> 4),
             self.done.eq(~active & (in_flight == 0) & (queue.level == 0) & ~e_valid),
         ]

@@ -41,12 +41,15 @@ def expected_descriptors(offsets, bags):
     return expected
 
 
-def run_sequencer(draw, offsets, bags, *, stalls=True, abandoned_cycles=0, **params):
+def run_sequencer(draw, offsets, bags, *, stalls=True, abandoned_cycles=0, creep=False,
+                  **params):
     """The descriptors the sequencer put out, and the cycle of each. Without ``stalls`` every
     offset has landed, lines are always offered and descriptors always taken. Entries at or
     past ``limit`` read as poison (not yet validated, they may hold anything). With
     ``abandoned_cycles`` a walk with every entry validated runs that long first (its
-    descriptors never taken), and the walk checked starts over it."""
+    descriptors never taken), and the walk checked starts over it. With ``creep`` the limit
+    grows by one entry every third cycle, so the walk waits at every entry (a line's last
+    word and the walk's last entry among them). Fails unless every line was taken."""
     dut = BagSequencer(max_tables=len(TABLES), addr_width=ADDR_WIDTH, **params)
 
     def line_of(number, limit):
@@ -87,12 +90,16 @@ def run_sequencer(draw, offsets, bags, *, stalls=True, abandoned_cycles=0, **par
         limit, line = 0, 0
         # Over an abandoned walk, the first cycle offers a line with nothing validated.
         held = bool(abandoned_cycles)
+        cycle = 0
         while line < line_count:
-            if (draw.random() < 0.3 or not stalls) and not held:
+            if creep:
+                limit = min(limit + (cycle % 3 == 0), len(offsets))
+            elif (draw.random() < 0.3 or not stalls) and not held:
                 limit = len(offsets) if not stalls else \
                     min(limit + draw.randrange(1, 6), len(offsets))
+            cycle += 1
             ctx.set(dut.limit, limit)
-            valid = draw.random() < 0.7 or not stalls or held
+            valid = creep or draw.random() < 0.7 or not stalls or held
             held = False
             ctx.set(dut.lines.valid, valid)
             ctx.set(dut.lines.payload, line_of(line, limit))
@@ -101,6 +108,7 @@ def run_sequencer(draw, offsets, bags, *, stalls=True, abandoned_cycles=0, **par
                 line += 1
         ctx.set(dut.lines.valid, 0)
         ctx.set(dut.limit, len(offsets))
+        state["lines_taken"] = True
 
     async def take(ctx):
         quiet = cycle = 0
@@ -123,6 +131,7 @@ def run_sequencer(draw, offsets, bags, *, stalls=True, abandoned_cycles=0, **par
 
     pysim.simulate(dut, control, take, deadline=40_000, check=False)
     assert state["done"], "the sequencer never finished"
+    assert state.get("lines_taken"), "an offsets line was never taken"
     return got, cycles
 
 
@@ -160,6 +169,22 @@ def test_sequencer_moves_to_the_next_table_after_few_bags(registered_descriptor,
     lengths = [draw.choice([0, 1, 3]) for _ in range(bags * len(TABLES))]
     offsets = [0, *np.cumsum(lengths).tolist()]
     got, _ = run_sequencer(draw, offsets, bags, mean_reciprocal="sequential",
+                           registered_descriptor=registered_descriptor)
+    expected = expected_descriptors(offsets, bags)
+    assert [(d.table, d.bag, d.start, d.length, d.out_line) for d in got] == \
+        [want[:5] for want in expected]
+
+
+@pytest.mark.parametrize("registered_descriptor", [False, True], ids=["formed", "registered"])
+def test_sequencer_waits_at_every_entry_of_a_line(registered_descriptor):
+    """The limit creeps an entry at a time: the walk stops at each entry, a line's last word
+    and the walk's last entry among them, and frees a line exactly when its last word (or
+    the walk's last entry) is taken, not when it waits there."""
+    bags = 11  # 34 entries: the last one mid-line
+    lengths = [(3 * n) % 4 for n in range(bags * len(TABLES))]
+    offsets = [0, *np.cumsum(lengths).tolist()]
+    got, _ = run_sequencer(random.Random(0), offsets, bags, creep=True,
+                           mean_reciprocal="pipelined",
                            registered_descriptor=registered_descriptor)
     expected = expected_descriptors(offsets, bags)
     assert [(d.table, d.bag, d.start, d.length, d.out_line) for d in got] == \
