@@ -327,11 +327,13 @@ class OffsetsValidator(wiring.Component):
         m.d.comb += bad.eq(Mux(mode == OffsetsMode.CHECK,
                                segment["mask"] & (zero_bad | falls | past), 0))
 
-        first_value = Signal(32)
-        with m.Switch(low):
-            for j in range(WINDOW):
-                with m.Case(j):
-                    m.d.comb += first_value.eq(values[j])
+        def entry_at(choice, entries):
+            chosen = Signal(32)
+            with m.Switch(choice):
+                for j in range(WINDOW):
+                    with m.Case(j):
+                        m.d.comb += chosen.eq(entries[j])
+            return chosen
 
         last_window_of_line = cursor[window_bits:4] == (LANES // WINDOW) - 1
         finishes_line = ends_walk | (last_window_of_line & fills_window)
@@ -341,7 +343,6 @@ class OffsetsValidator(wiring.Component):
         capture_pending = Signal()
         capture_every = Signal()   # bags == 0: every table starts at offsets[0]
         capture_table = Signal(8)
-        capture_value = Signal(32)
         # The walk takes a segment each step whatever its entries hold; the segment's checks
         # are registered and judged the next cycle, which stops the walk (a segment late, two
         # with `registered_window`) on the first bad entry. `checked` only passes judged
@@ -361,9 +362,19 @@ class OffsetsValidator(wiring.Component):
             self.done.eq(~active & ~judge & ~capture_pending
                          & (~taken if self._registered_window else 1)),
         ]
-        # Loaded every cycle: read only at `capture_pending`, the cycle after the step whose
-        # first entry it holds, so it needs no enable in front of its 32 bits.
-        m.d.sync += [capture_pending.eq(0), capture_value.eq(first_value)]
+        # The step's first entry, read only at `capture_pending` (the cycle after the step),
+        # from registers loaded every cycle, so they need no enable in front of their bits.
+        # With `registered_window` the window's entries are registered anyway: it is chosen
+        # after them by the step's `low`, not before a register of its own (the choice behind
+        # the window's was a ULX3S build's 13.9 ns path, from the cursor into that register).
+        m.d.sync += capture_pending.eq(0)
+        if self._registered_window:
+            capture_low = Signal.like(low)
+            m.d.sync += capture_low.eq(low)
+            capture_value = entry_at(capture_low, segment["values"])
+        else:
+            capture_value = Signal(32)
+            m.d.sync += capture_value.eq(entry_at(low, values))
         with m.If(capture_pending):
             for t in range(self._max_tables + 1):
                 with m.If(capture_every | (capture_table == t)):
