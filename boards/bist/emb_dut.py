@@ -55,7 +55,7 @@ class Step(enum.Enum, shape=2):
 ENGINE_DEFAULTS = dict(max_tables=2, max_dim=32, num_regions=1, addr_width=13, id_width=3,
                        outstanding_reads=4, index_buffer_depth=32, offset_buffer_depth=32,
                        output_buffer_depth=2, bag_slots=4, max_unique_rows=4,
-                       update_outstanding_reads=4, relaxed_lookup=False, add_stages=5,
+                       update_outstanding_reads=4, relaxed_lookup=False, add_stages=7,
                        mul_stages=7, mean_reciprocal="sequential", fpga_pipelining=True)
 
 #: The engine configuration before four-stage FP units and ``fpga_pipelining``, over
