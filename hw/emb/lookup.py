@@ -320,7 +320,7 @@ class LookupEngine(wiring.Component):
             decide_ahead=self._fpga_pipelining)
         m.submodules.index_validator = index_validator = IndexValidator(
             max_tables=self._max_tables, addr_width=aw,
-            replicated_rows=self._fpga_pipelining)
+            replicated_rows=self._fpga_pipelining, registered_error=self._fpga_pipelining)
         m.submodules.bags = bags = BagSequencer(
             max_tables=self._max_tables, addr_width=aw, mean_reciprocal=self._mean_reciprocal,
             registered_descriptor=self._fpga_pipelining,

@@ -523,7 +523,7 @@ class UpdateEngine(wiring.Component):
         # read only in a chunk's apply, after the validation.
         index_validator = per_command("index_validator", IndexValidator(
             max_tables=self._max_tables, addr_width=aw,
-            replicated_rows=self._fpga_pipelining))
+            replicated_rows=self._fpga_pipelining, registered_error=self._fpga_pipelining))
         index_lines = per_command("index_lines", LineRequester(
             line_address_width=line_address_width,
             registered_request=self._fpga_pipelining))

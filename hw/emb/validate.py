@@ -479,11 +479,18 @@ class IndexValidator(wiring.Component):
     next table's end and flags, computed ahead into registers, catch up too (a table with no
     indices then takes two cycles). ``tables`` is read at ``start`` and at each change of
     table; it must not change while the validator runs.
+
+    With ``registered_error`` a bad index stops the walk as it is judged, and the error is
+    recorded the cycle after, from registers (the bad lane's number among them) loaded every
+    cycle: the error fields' enables are then one flip-flop, not the judged lanes' OR behind
+    the judgement, and their data not the lanes' priority (a ULX3S build's paths into
+    ``error.position``). ``done`` waits for the record.
     """
 
-    def __init__(self, *, max_tables, addr_width, replicated_rows=False):
+    def __init__(self, *, max_tables, addr_width, replicated_rows=False, registered_error=False):
         self._max_tables = max_tables
         self._replicated_rows = check_bool("Replicated rows", replicated_rows)
+        self._registered_error = check_bool("Registered error", registered_error)
         super().__init__({
             "start": In(1),
             "num_indices": In(32),
@@ -580,12 +587,13 @@ class IndexValidator(wiring.Component):
         judged_line = Signal(28)
         judged_table = Signal.like(table)
         judged_end = Signal(32)
+        recording = Signal()  # with registered_error: the error judged last cycle is recorded
         step = Signal()
         m.d.comb += [
             step.eq(active & ~table_exhausted & ~rows_fresh & self.lines.valid),
             # The segment ends the line, or ends the last table (num_indices) inside it.
             self.lines.ready.eq(step & (~ends_in_line | table_end_final)),
-            self.done.eq(~active & ~judge),
+            self.done.eq(~active & ~judge & ~recording),
         ]
 
         def track(end, last_line, exhausted, line):
@@ -665,12 +673,23 @@ class IndexValidator(wiring.Component):
             m.d.sync += [judge.eq(step), judged_bad.eq(bad), judged_line.eq(cursor[4:]),
                          judged_table.eq(table), judged_end.eq(segment_end)]
         any_bad, bad_lane = first_set(m, judged_bad, name="bad_lane")
+        error = {"code": ErrorCode.INDEX_OUT_OF_RANGE, "table": judged_table,
+                 "position": Cat(bad_lane, judged_line)}
+        if self._registered_error:
+            # What the fields would take, loaded every cycle; recorded the cycle after the
+            # judgement that stops the walk (`start` cancels the record).
+            recorded = Signal.like(self.error, name="recorded_error")
+            m.d.sync += [recording.eq(judge & any_bad & ~self.start),
+                         *(getattr(recorded, name).eq(value) for name, value in error.items())]
+            with m.If(recording & ~self.start):
+                m.d.sync += self.error.eq(recorded)
+            error_fields = []
+        else:
+            error_fields = [getattr(self.error, name).eq(value) for name, value in error.items()]
         with m.If(judge & ~self.start):
             with m.If(any_bad):
                 m.d.sync += [
-                    self.error.code.eq(ErrorCode.INDEX_OUT_OF_RANGE),
-                    self.error.table.eq(judged_table),
-                    self.error.position.eq(Cat(bad_lane, judged_line)),
+                    *error_fields,
                     active.eq(0),
                     judge.eq(0),   # the segment taken meanwhile is past the error
                 ]

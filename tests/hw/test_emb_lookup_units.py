@@ -586,8 +586,9 @@ def index_reference(indices, starts, rows):
     return {"code": ErrorCode.NONE, "table": 0, "position": 0}
 
 
-@pytest.mark.parametrize("replicated_rows", [False, True])
-def test_index_validator_names_position_and_table(replicated_rows):
+@pytest.mark.parametrize(("replicated_rows", "registered_error"),
+                         [(False, False), (True, False), (True, True)])
+def test_index_validator_names_position_and_table(replicated_rows, registered_error):
     draw = random.Random(100)
     jobs = []
     for _ in range(30):
@@ -602,7 +603,8 @@ def test_index_validator_names_position_and_table(replicated_rows):
             table = max(t for t in range(tables) if starts[t] <= spot)
             indices[spot] = rows[table] + draw.randrange(3)
         jobs.append((indices, starts, rows))
-    dut = IndexValidator(max_tables=4, addr_width=32, replicated_rows=replicated_rows)
+    dut = IndexValidator(max_tables=4, addr_width=32, replicated_rows=replicated_rows,
+                         registered_error=registered_error)
     layout = data.ArrayLayout(table_layout(32), 4)
     results = []
 
@@ -618,9 +620,9 @@ def test_index_validator_names_position_and_table(replicated_rows):
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            _, highest_checked, taken_lines = await feed_until_done(ctx, dut, lines_of(indices),
-                                                                    draw)
-            error = ctx.get(dut.error)
+            # (The error as a consumer sees it in the first cycle `done` is high.)
+            (error,), highest_checked, taken_lines = await feed_until_done(
+                ctx, dut, lines_of(indices), draw, watch=[dut.error])
             results.append({"code": error.code, "table": error.table,
                             "position": error.position, "highest_checked": highest_checked,
                             "taken_lines": taken_lines, "lines_done": ctx.get(dut.lines_done)})
@@ -644,6 +646,8 @@ def test_index_validator_names_position_and_table(replicated_rows):
 def test_index_validator_rejects_non_bool_replicated_rows():
     with pytest.raises(TypeError, match=r"^Replicated rows must be True or False, not 1$"):
         IndexValidator(max_tables=4, addr_width=32, replicated_rows=1)
+    with pytest.raises(TypeError, match=r"^Registered error must be True or False, not 1$"):
+        IndexValidator(max_tables=4, addr_width=32, registered_error=1)
 
 # ------------------------------------------------------------------------- checker
 
