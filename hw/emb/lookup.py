@@ -623,6 +623,18 @@ class LookupEngine(wiring.Component):
         for window in windows.values():
             m.d.comb += window.stop.eq(aborting)
 
+        finished = finished_now = (offsets_validator.done & index_validator.done & bags.done
+                                   & issuer.idle & requests_idle & all_quiet)
+        quiet = all_quiet
+        if self._fpga_pipelining:
+            # Gather's end and Abort's wait for quiet follow registers: `finished` and
+            # `all_quiet` as they were a cycle before, in the same state (nothing starts in
+            # either, so what was done stays done; Gather's first cycle does not look at the
+            # state before it). The control state's enables then wait for flip-flops, not for
+            # every unit's idle and done (a ULX3S build's paths into the state register). A
+            # cycle more per command.
+            finished_then, quiet_then = Signal(), Signal()
+            finished, quiet = finished_then, quiet_then
         with m.FSM(name="control") as fsm:
             with m.State("Idle"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -693,8 +705,6 @@ class LookupEngine(wiring.Component):
                     m.d.sync += [pass_begins.eq(streams_quiet), first_pass.eq(0)]
             with m.State("Gather"):
                 m.d.comb += writer.enable.eq(1)
-                finished = (offsets_validator.done & index_validator.done & bags.done
-                            & issuer.idle & requests_idle & all_quiet)
                 with m.If(failed):
                     m.d.sync += [recording.eq(1), locate_then.eq(0), aborting.eq(1)]
                     m.next = "Abort"
@@ -714,7 +724,7 @@ class LookupEngine(wiring.Component):
                         status.bag.eq(found_then.bag), status.position.eq(found_then.position),
                         locate.eq(locate_then & (found_then.code == ErrorCode.INDEX_OUT_OF_RANGE)),
                     ]
-                with m.Elif(all_quiet):
+                with m.Elif(quiet):
                     m.d.sync += aborting.eq(0)
                     with m.If(locate):
                         m.d.sync += locate_begins.eq(1)
@@ -736,6 +746,12 @@ class LookupEngine(wiring.Component):
                 m.d.comb += [self.done.valid.eq(1), self.done.payload.eq(status)]
                 with m.If(self.done.ready):
                     m.next = "Idle"
+
+        if self._fpga_pipelining:
+            m.d.sync += [
+                finished_then.eq(fsm.ongoing("Gather") & finished_now),
+                quiet_then.eq(all_quiet),  # (read after Abort's first cycle, which records)
+            ]
 
         # --- performance counters --------------------------------------------------------------
         busy = ~fsm.ongoing("Idle")
