@@ -14,6 +14,9 @@ memory (on an FPGA one set of LUT RAM, read asynchronously at a registered addre
 of one per source). A shared source delivers at most one line every third cycle.
 """
 
+import functools
+import operator
+
 from amaranth.hdl import Cat, Module, Mux, ResetInserter, Shape, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -232,25 +235,32 @@ class ReadRouter(wiring.Component):
                 Cat(*(landed[index] for index, _, _ in shared)).any())
         base = 0
         read_granted = Signal()
+        write_addresses = []
         for index, name, depth in shared:
-            refill = self._shared_source(m, buffer_write_address, buffer_read_address,
-                                         buffer_read_data, base, depth,
-                                         landed[index], levels[index],
-                                         getattr(self, f"{name}_response"), read_granted, name)
+            refill, write_address = self._shared_source(
+                m, buffer_read_address, buffer_read_data, base, depth, landed[index],
+                levels[index], getattr(self, f"{name}_response"), read_granted, name)
+            # The slot a line would land in is chosen by the owner alone (the context FIFO's
+            # head, a register), not by the landing: only the write enable waits for the
+            # response's valid (which comes through the engine's bus dispatch; in front of
+            # the write address copies on a ULX3S build). The owners are exclusive: an OR.
+            write_addresses.append(Mux(owner == index, write_address, 0))
             m.d.sync += used[index].eq(used[index] + issued[index] - refill)
             read_granted_next = Signal(name=f"{name}_read_granted")
             m.d.comb += read_granted_next.eq(read_granted | refill)
             read_granted = read_granted_next
             base += depth
+        if shared:
+            m.d.comb += buffer_write_address.eq(functools.reduce(operator.or_, write_addresses))
         return m
 
     @staticmethod
-    def _shared_source(m, write_address, read_address, read_data, base, depth, landed, stored,
-                       response, read_granted, name):
+    def _shared_source(m, read_address, read_data, base, depth, landed, stored, response,
+                       read_granted, name):
         """One shared source: a ring of ``depth`` slots from ``base`` in the buffer, and an
         output register refilled through the read port when no earlier source uses it (the
         read port is always enabled: only its address says whose line it reads). Returns the
-        source's refill signal."""
+        source's refill signal and the buffer address its next landed line goes to."""
         tail = Signal(range(depth), name=f"{name}_tail")
         head = Signal(range(depth), name=f"{name}_head")
         loading = Signal(name=f"{name}_loading")  # the read port's data is ours this cycle
@@ -263,7 +273,6 @@ class ReadRouter(wiring.Component):
         written = Signal(name=f"{name}_written")  # landed last cycle, written this one
         m.d.sync += written.eq(landed)
         with m.If(landed):
-            m.d.comb += write_address.eq(base + tail)
             m.d.sync += tail.eq(advance(tail))
         # Refill only an empty register: not one being taken, which would put the consumer's
         # ready in front of the read address (the update engine's longest path on ECP5). A
@@ -279,7 +288,7 @@ class ReadRouter(wiring.Component):
         with m.Elif(out_valid & response.ready):
             m.d.sync += out_valid.eq(0)
         m.d.comb += [response.valid.eq(out_valid), response.payload.eq(out_data)]
-        return refill
+        return refill, base + tail
 
 
 class LineRequester(wiring.Component):
