@@ -441,6 +441,9 @@ class UpdateDatapath(wiring.Component):
         ]
         accumulating = Signal(range(self.accumulate_latency + 2))
         applying = Signal(range(self._write_depth + 1))
+        # applying == 0, kept as a register beside the count: the accumulation's decision
+        # (which drives the gradient lines' ready) then starts at a flip-flop.
+        apply_empty = Signal(init=1)
         m.d.comb += [
             self.accumulate_idle.eq((accumulating == 0) & ~self.accumulate.valid),
             self.writes_queued.eq(writes.level != 0),
@@ -509,7 +512,7 @@ class UpdateDatapath(wiring.Component):
         if mul_recent:
             accumulate_spaced = ~Cat(*mul_recent).any()
             apply_spaced = ~Cat(apply_ready, *mul_recent[:-1]).any()
-        m.d.comb += accumulate_go.eq(wants_accumulate & ~busy_line & (applying == 0) &
+        m.d.comb += accumulate_go.eq(wants_accumulate & ~busy_line & apply_empty &
                                      ~deltas_busy & accumulate_spaced)
         for newer, older in zip([None, *recent], recent, strict=False):
             if newer is None:
@@ -931,6 +934,8 @@ class UpdateDatapath(wiring.Component):
         m.d.sync += [
             accumulating.eq(accumulating_next),
             applying.eq(applying_next),
+            # (applying_next == 0, with apply_go at the last gate, as sums_final below.)
+            apply_empty.eq(~apply_go & Mux(finished_apply, applying == 1, applying == 0)),
             # (accumulating_next == 0, with accumulate_go at the last gate: a line taken
             # leaves at least one in flight.)
             sums_final.eq(~accumulate_go & Mux(job_done[_Job.ACCUMULATE], accumulating == 1,
