@@ -50,6 +50,8 @@ from .update_reads import LINE_BITS
 __all__ = ["CorrectionKind", "UpdateDatapath", "correction_op_layout"]
 
 _LANES = 16
+#: Up to this many buffer lines, whether a line is still being summed is a register per line.
+_BUSY_MAP_LINES = 16
 _NEGATIVE_ZERO_LINE = Const(int("80000000" * _LANES, 16), 32 * _LANES)
 
 
@@ -498,9 +500,21 @@ class UpdateDatapath(wiring.Component):
         m.d.comb += target.eq(occurrence.slot * lps + line)
         recent = [Signal(data.StructLayout({"valid": 1, "buffer": buffer_address}),
                          name=f"recent_{age}") for age in range(self.hazard_window)]
-        busy_line = Cat(*(entry.valid & (entry.buffer == target) for entry in recent)).any()
-        wants_accumulate = self.accumulate.valid & self.gradient.valid
         accumulate_go = Signal()
+        if self.buffer_lines <= _BUSY_MAP_LINES:
+            # Which lines were accumulated within the window, as a register per line, loaded
+            # from the entries that stay in it and this cycle's accumulation: the decision
+            # (which drives the gradient lines' ready) then picks a flip-flop by `target`,
+            # not an OR over the window's comparisons (ten with seven-stage folded adders).
+            busy_lines = Signal(self.buffer_lines)
+            for number in range(self.buffer_lines):
+                staying = Cat(*(entry.valid & (entry.buffer == number) for entry in recent[:-1]))
+                m.d.sync += busy_lines[number].eq((accumulate_go & (target == number))
+                                                  | staying.any())
+            busy_line = busy_lines.bit_select(target, 1)
+        else:
+            busy_line = Cat(*(entry.valid & (entry.buffer == target) for entry in recent)).any()
+        wants_accumulate = self.accumulate.valid & self.gradient.valid
         # (Deltas still in flight would write the buffer in the same cycle as a sum.)
         deltas_busy = ((subtracting != 0) | feedback_valid) if self._corrections else Const(0)
         # Folded lanes take a line at most once in lane_fold cycles: mul_recent[k], a line
