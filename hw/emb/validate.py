@@ -58,6 +58,23 @@ def first_set(m, bits, *, name):
     return bits.any(), index
 
 
+def error_record(m, error, fields, *, stops, start, registered, recording):
+    """The statements that record an error: ``fields`` (name: value) into ``error`` as the
+    judgement ``stops`` the walk, or, ``registered``, a cycle later from registers loaded
+    with them every cycle (``recording`` is set that cycle; ``start`` cancels the record).
+    Returns the statements for the judgement's cycle (none when ``registered``) and, when
+    ``registered``, the registers and whether they are recorded this cycle."""
+    if not registered:
+        return [getattr(error, name).eq(value) for name, value in fields.items()], None, None
+    recorded = Signal.like(error, name="recorded_error")
+    m.d.sync += [recording.eq(stops & ~start),
+                 *(getattr(recorded, name).eq(value) for name, value in fields.items())]
+    records = recording & ~start
+    with m.If(records):
+        m.d.sync += error.eq(recorded)
+    return [], recorded, records
+
+
 def _lanes(line):
     return [line[ENTRY_BITS * k:ENTRY_BITS * (k + 1)] for k in range(LANES)]
 
@@ -109,12 +126,20 @@ class OffsetsValidator(wiring.Component):
     every other cycle at most, up to two entries a cycle, still twice what the bag sequencer
     consumes; on an FPGA the decision (a table of eight register bits and the distances'
     subtractions) no longer sits in front of the walk's registers and the line's ready.
+
+    With ``registered_error`` a bad entry stops the walk as it is judged, and the error is
+    recorded the cycle after, from registers loaded every cycle (the bag, a subtraction, is
+    taken there from registers): the error fields' enables are then one flip-flop, not the
+    judged lanes' OR, and the bag's 32-bit subtraction not behind the lanes' priority (a
+    ULX3S build's paths into the lookup's error). ``done`` waits for the record.
     """
 
-    def __init__(self, *, max_tables, registered_window=False, decide_ahead=False):
+    def __init__(self, *, max_tables, registered_window=False, decide_ahead=False,
+                 registered_error=False):
         self._max_tables = max_tables
         self._registered_window = check_bool("Registered window", registered_window)
         self._decide_ahead = check_bool("Decide ahead", decide_ahead)
+        self._registered_error = check_bool("Registered error", registered_error)
         super().__init__({
             "start": In(1),
             "mode": In(OffsetsMode),
@@ -356,10 +381,11 @@ class OffsetsValidator(wiring.Component):
         judged_table_entry = Signal(32)
         judged_end = Signal(32)
         judged_counted = Signal(WINDOW)  # COUNT: the segment's entries at or below threshold
+        recording = Signal()  # with registered_error: the error judged last cycle is recorded
         m.d.comb += [
             step.eq(active & self.lines.valid & decided),
             self.lines.ready.eq(step & finishes_line),
-            self.done.eq(~active & ~judge & ~capture_pending
+            self.done.eq(~active & ~judge & ~capture_pending & ~recording
                          & (~taken if self._registered_window else 1)),
         ]
         # The step's first entry, read only at `capture_pending` (the cycle after the step),
@@ -426,21 +452,30 @@ class OffsetsValidator(wiring.Component):
                                       segment["mask"] & counted, 0)),
             ]
         any_bad, bad_lane = first_set(m, judged_bad, name="bad_lane")
+        code = Mux(judged_zero_bad.bit_select(bad_lane, 1),
+                   ErrorCode.OFFSETS_NOT_FROM_ZERO,
+                   Mux(judged_falls.bit_select(bad_lane, 1),
+                       ErrorCode.OFFSETS_DECREASING, ErrorCode.OFFSETS_PAST_END))
+        position = Cat(bad_lane, judged_window)
+        fields = {"code": code, "table": judged_table, "position": position}
+        if not self._registered_error:
+            fields["bag"] = position - judged_table_entry
+        error_fields, recorded, records = error_record(
+            m, self.error, fields, stops=judge & any_bad, start=self.start,
+            registered=self._registered_error, recording=recording)
+        if self._registered_error:
+            # The bag is subtracted as the error is recorded, from registers.
+            recorded_table_entry = Signal.like(judged_table_entry)
+            m.d.sync += recorded_table_entry.eq(judged_table_entry)
+            with m.If(records):
+                m.d.sync += self.error.bag.eq(recorded.position - recorded_table_entry)
         with m.If(judge & ~self.start):
             # Counted a cycle late too: the count's adder does not follow the comparisons.
             hits = sum(judged_counted[j] for j in range(WINDOW))
             m.d.sync += self.count.eq(self.count + hits)
             with m.If(any_bad):
-                code = Mux(judged_zero_bad.bit_select(bad_lane, 1),
-                           ErrorCode.OFFSETS_NOT_FROM_ZERO,
-                           Mux(judged_falls.bit_select(bad_lane, 1),
-                               ErrorCode.OFFSETS_DECREASING, ErrorCode.OFFSETS_PAST_END))
-                position = Cat(bad_lane, judged_window)
                 m.d.sync += [
-                    self.error.code.eq(code),
-                    self.error.table.eq(judged_table),
-                    self.error.bag.eq(position - judged_table_entry),
-                    self.error.position.eq(position),
+                    *error_fields,
                     active.eq(0),
                     judge.eq(0),   # the segment taken meanwhile is past the error
                 ]
@@ -673,19 +708,11 @@ class IndexValidator(wiring.Component):
             m.d.sync += [judge.eq(step), judged_bad.eq(bad), judged_line.eq(cursor[4:]),
                          judged_table.eq(table), judged_end.eq(segment_end)]
         any_bad, bad_lane = first_set(m, judged_bad, name="bad_lane")
-        error = {"code": ErrorCode.INDEX_OUT_OF_RANGE, "table": judged_table,
-                 "position": Cat(bad_lane, judged_line)}
-        if self._registered_error:
-            # What the fields would take, loaded every cycle; recorded the cycle after the
-            # judgement that stops the walk (`start` cancels the record).
-            recorded = Signal.like(self.error, name="recorded_error")
-            m.d.sync += [recording.eq(judge & any_bad & ~self.start),
-                         *(getattr(recorded, name).eq(value) for name, value in error.items())]
-            with m.If(recording & ~self.start):
-                m.d.sync += self.error.eq(recorded)
-            error_fields = []
-        else:
-            error_fields = [getattr(self.error, name).eq(value) for name, value in error.items()]
+        error_fields, _, _ = error_record(
+            m, self.error, {"code": ErrorCode.INDEX_OUT_OF_RANGE, "table": judged_table,
+                            "position": Cat(bad_lane, judged_line)},
+            stops=judge & any_bad, start=self.start, registered=self._registered_error,
+            recording=recording)
         with m.If(judge & ~self.start):
             with m.If(any_bad):
                 m.d.sync += [

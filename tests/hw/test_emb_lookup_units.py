@@ -368,13 +368,15 @@ async def feed_until_done(ctx, dut, lines, draw, *, busy=0.3, watch=()):
             return watched, highest_checked, taken_lines
 
 
-def run_offsets_jobs(jobs, *, seed=0, registered_window=False, decide_ahead=False, busy=0.3):
-    """Run OffsetsValidator jobs one after the other in one simulation; return their results.
+def run_offsets_jobs(jobs, *, seed=0, registered_window=False, decide_ahead=False,
+                     registered_error=False, busy=0.3):
+    """Run OffsetsValidator jobs one after the other in one simulation; return their results
+    (the error as a consumer sees it in the first cycle ``done`` is high).
 
     A job is ``(offsets, settings)`` with settings bags, tables, num_indices and optionally
     mode, first, end, threshold."""
     dut = OffsetsValidator(max_tables=8, registered_window=registered_window,
-                           decide_ahead=decide_ahead)
+                           decide_ahead=decide_ahead, registered_error=registered_error)
     draw = random.Random(seed)
     results = []
 
@@ -392,10 +394,9 @@ def run_offsets_jobs(jobs, *, seed=0, registered_window=False, decide_ahead=Fals
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            (starts,), highest_checked, taken_lines = await feed_until_done(
+            (starts, error), highest_checked, taken_lines = await feed_until_done(
                 ctx, dut, lines_of(offsets)[first // 16:], draw, busy=busy,
-                watch=[dut.table_starts])
-            error = ctx.get(dut.error)
+                watch=[dut.table_starts, dut.error])
             results.append({
                 "error": {"code": error.code, "table": error.table, "bag": error.bag,
                           "position": error.position},
@@ -415,7 +416,9 @@ REGISTERED_WINDOW = pytest.mark.parametrize(("registered_window", "decide_ahead"
 
 
 @REGISTERED_WINDOW
-def test_offsets_validator_finds_the_first_problem(registered_window, decide_ahead):
+@pytest.mark.parametrize("registered_error", [False, True], ids=["error", "registered-error"])
+def test_offsets_validator_finds_the_first_problem(registered_window, decide_ahead,
+                                                   registered_error):
     draw = random.Random(11)
     jobs = []
     for _ in range(40):
@@ -423,7 +426,7 @@ def test_offsets_validator_finds_the_first_problem(registered_window, decide_ahe
         offsets, num_indices = random_offsets(draw, tables, bags)
         jobs.append((offsets, {"bags": bags, "tables": tables, "num_indices": num_indices}))
     results = run_offsets_jobs(jobs, registered_window=registered_window,
-                               decide_ahead=decide_ahead)
+                               decide_ahead=decide_ahead, registered_error=registered_error)
     for (offsets, settings), result in zip(jobs, results, strict=True):
         expected = offsets_reference(offsets, settings["bags"], settings["num_indices"])
         assert result["error"] == expected, (offsets, settings)
@@ -457,7 +460,9 @@ def test_offsets_validator_counts_bag_starts(registered_window, decide_ahead):
 
 
 @REGISTERED_WINDOW
-def test_offsets_validator_stops_at_the_first_of_close_problems(registered_window, decide_ahead):
+@pytest.mark.parametrize("registered_error", [False, True], ids=["error", "registered-error"])
+def test_offsets_validator_stops_at_the_first_of_close_problems(registered_window, decide_ahead,
+                                                                registered_error):
     """With lines always there the walk takes a segment every cycle, so the segments taken
     while a bad one is compared and judged (one, or two with ``registered_window``) must be
     dropped: the next problem, or the good entries after the first, must not count."""
@@ -475,7 +480,8 @@ def test_offsets_validator_stops_at_the_first_of_close_problems(registered_windo
     for _, settings in jobs:
         settings.update(bags=bags, tables=tables, num_indices=bags * tables)
     results = run_offsets_jobs(jobs, registered_window=registered_window,
-                               decide_ahead=decide_ahead, busy=0)
+                               decide_ahead=decide_ahead, registered_error=registered_error,
+                               busy=0)
     for (offsets, settings), result in zip(jobs, results, strict=True):
         expected = offsets_reference(offsets, bags, settings["num_indices"])
         assert result["error"] == expected, offsets
@@ -571,11 +577,13 @@ def test_offsets_validator_restarts_mid_walk(registered_window, decide_ahead):
     assert results == [(ErrorCode.NONE, len(good))] * 7
 
 
-def test_offsets_validator_rejects_non_bool_registered_window():
+def test_offsets_validator_rejects_non_bool_options():
     with pytest.raises(TypeError, match=r"^Registered window must be True or False, not 1$"):
         OffsetsValidator(max_tables=4, registered_window=1)
     with pytest.raises(TypeError, match=r"^Decide ahead must be True or False, not 'yes'$"):
         OffsetsValidator(max_tables=4, decide_ahead="yes")
+    with pytest.raises(TypeError, match=r"^Registered error must be True or False, not 1$"):
+        OffsetsValidator(max_tables=4, registered_error=1)
 
 
 def index_reference(indices, starts, rows):
