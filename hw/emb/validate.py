@@ -268,6 +268,9 @@ class OffsetsValidator(wiring.Component):
                 m.d.sync += registered.eq(value)
                 return registered
 
+            # (The segment's end too: the cursor's next value, and its copies in the window
+            # selects, then come from a register, not from an adder behind it.)
+            end_ahead = ahead(cursor + length, "segment_end")
             length_is, length, high = (ahead(length_is, "length_is"), ahead(length, "length"),
                                        ahead(high, "high"))
             ends_walk, ends_table, fills_window = (ahead(ends_walk, "ends_walk"),
@@ -277,7 +280,7 @@ class OffsetsValidator(wiring.Component):
             tables_near = [ahead(near(to_table - k, by_tables), f"table_near_{k}")
                            for k in range(WINDOW + 1)]
             m.d.comb += [
-                segment_end.eq(cursor + length), left_after.eq(left - length),
+                segment_end.eq(end_ahead), left_after.eq(left - length),
                 to_table_after.eq(to_table - length),
                 left_near_after.eq(functools.reduce(operator.or_, (
                     Mux(length_is[k], lefts_near[k], 0) for k in range(WINDOW + 1)))),
