@@ -234,33 +234,40 @@ class ReadRouter(wiring.Component):
             m.d.comb += buffer_write_enable.eq(
                 Cat(*(landed[index] for index, _, _ in shared)).any())
         base = 0
-        read_granted = Signal()
-        write_addresses = []
+        wanting, read_addresses, write_addresses = [], [], []
         for index, name, depth in shared:
-            refill, write_address = self._shared_source(
-                m, buffer_read_address, buffer_read_data, base, depth, landed[index],
-                levels[index], getattr(self, f"{name}_response"), read_granted, name)
+            wants, refill, read_address, write_address = self._shared_source(
+                m, buffer_read_data, base, depth, landed[index], levels[index],
+                getattr(self, f"{name}_response"), name)
+            # The read port goes to the first source that wants it, each looking at all the
+            # earlier ones at once (an OR, not a chain of grants), and its address is an OR
+            # of the exclusive refills' terms (a chain of choices was in front of the read
+            # address copies on a ULX3S build).
+            m.d.comb += refill.eq(wants & ~Cat(*wanting).any())
+            wanting.append(wants)
+            read_addresses.append(Mux(refill, read_address, 0))
             # The slot a line would land in is chosen by the owner alone (the context FIFO's
             # head, a register), not by the landing: only the write enable waits for the
             # response's valid (which comes through the engine's bus dispatch; in front of
             # the write address copies on a ULX3S build). The owners are exclusive: an OR.
             write_addresses.append(Mux(owner == index, write_address, 0))
             m.d.sync += used[index].eq(used[index] + issued[index] - refill)
-            read_granted_next = Signal(name=f"{name}_read_granted")
-            m.d.comb += read_granted_next.eq(read_granted | refill)
-            read_granted = read_granted_next
             base += depth
         if shared:
-            m.d.comb += buffer_write_address.eq(functools.reduce(operator.or_, write_addresses))
+            m.d.comb += [
+                buffer_read_address.eq(functools.reduce(operator.or_, read_addresses)),
+                buffer_write_address.eq(functools.reduce(operator.or_, write_addresses)),
+            ]
         return m
 
     @staticmethod
-    def _shared_source(m, read_address, read_data, base, depth, landed, stored, response,
-                       read_granted, name):
+    def _shared_source(m, read_data, base, depth, landed, stored, response, name):
         """One shared source: a ring of ``depth`` slots from ``base`` in the buffer, and an
-        output register refilled through the read port when no earlier source uses it (the
-        read port is always enabled: only its address says whose line it reads). Returns the
-        source's refill signal and the buffer address its next landed line goes to."""
+        output register refilled through the read port when it wants a line and no earlier
+        source does (the read port is always enabled: only its address says whose line it
+        reads). Returns whether it wants the port, its refill signal (for the caller to
+        drive), the buffer address it would read and the one its next landed line goes
+        to."""
         tail = Signal(range(depth), name=f"{name}_tail")
         head = Signal(range(depth), name=f"{name}_head")
         loading = Signal(name=f"{name}_loading")  # the read port's data is ours this cycle
@@ -277,10 +284,10 @@ class ReadRouter(wiring.Component):
         # Refill only an empty register: not one being taken, which would put the consumer's
         # ready in front of the read address (the update engine's longest path on ECP5). A
         # source then delivers a line every third cycle, plenty for a word stream.
+        wants = Signal(name=f"{name}_wants")
         refill = Signal(name=f"{name}_refill")
-        m.d.comb += refill.eq((stored != 0) & ~loading & ~out_valid & ~read_granted)
+        m.d.comb += wants.eq((stored != 0) & ~loading & ~out_valid)
         with m.If(refill):
-            m.d.comb += read_address.eq(base + head)
             m.d.sync += head.eq(advance(head))
         m.d.sync += [stored.eq(stored + written - refill), loading.eq(refill)]
         with m.If(loading):
@@ -288,7 +295,7 @@ class ReadRouter(wiring.Component):
         with m.Elif(out_valid & response.ready):
             m.d.sync += out_valid.eq(0)
         m.d.comb += [response.valid.eq(out_valid), response.payload.eq(out_data)]
-        return refill, base + tail
+        return wants, refill, base + head, base + tail
 
 
 class LineRequester(wiring.Component):
