@@ -905,6 +905,7 @@ class UpdateDatapath(wiring.Component):
                                        product[31] ^ (held_jobs[k] == _Job.APPLY))),
                 ]
             m.d.comb += [
+                add_in.sub.eq(0),  # (a subtraction flips b's sign in its lanes, above)
                 adder.i.valid.eq(held_valid),
                 add_in_tag.job.eq(held_tag.job),
                 add_in_tag.buffer.eq(held_tag.buffer),
