@@ -15,7 +15,7 @@ command runs; the engine ends a command only when all its reads and writes are a
 the port changes hands on a quiet bus.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -143,8 +143,8 @@ class EngineUnderTest(wiring.Component):
     -------
     i : ``In(stream.Signature(step_layout(...)))``
     o : ``Out(stream.Signature(512))``
-        Statuses and lines read, from a :class:`~hw.skid.SkidBuffer`: a line or a status
-        two cycles after the memory or the engine gives it (each through a skid buffer of
+        Statuses and lines read, from a :class:`~hw.skid.SkidBuffer`: a line a cycle after
+        the memory gives it, a status two after the engine does (through a skid buffer of
         its own first).
     """
 
@@ -238,22 +238,13 @@ class EngineUnderTest(wiring.Component):
         # ULX3S build's 320 paths into the output).
         m.submodules.status = status = SkidBuffer(shape=engine.done.payload.shape())
         wiring.connect(m, engine.done, status.i)
-        # The sequencer's reads pass a skid buffer of their own too, with their `rlast`: the
-        # block RAM's data then reaches a register next to it, not the output's choice (a
-        # ULX3S build's 785 clocked inputs missing 100 MHz, behind the block RAM's output
-        # and two routes). Read ends as its last beat leaves it, so nothing is left there
-        # when a command takes the output. (Outside Command the sequencer's own reads are
-        # the only ones: no beat comes back in Idle.)
-        m.submodules.reads = reads = SkidBuffer(shape=unsigned(LINE_BITS + 1))
+        # (Outside Command the sequencer's own reads are the only ones: no beat comes back in
+        # Idle.)
         m.d.comb += [
-            reads.i.valid.eq(~engine_owns & slave.rvalid),
-            reads.i.payload.eq(Cat(slave.rdata, slave.rlast)),
-            out.valid.eq(Mux(engine_owns, status.o.valid, reads.o.valid)),
-            out.payload.eq(Mux(engine_owns, status.o.payload.as_value(),
-                               reads.o.payload[:LINE_BITS])),
+            out.valid.eq(Mux(engine_owns, status.o.valid, slave.rvalid)),
+            out.payload.eq(Mux(engine_owns, status.o.payload.as_value(), slave.rdata)),
             status.o.ready.eq(engine_owns & out.ready),
-            reads.o.ready.eq(~engine_owns & out.ready),
-            slave.rready.eq(Mux(engine_owns, bus.rready, reads.i.ready)),
+            slave.rready.eq(Mux(engine_owns, bus.rready, out.ready)),
         ]
 
         with m.FSM(name="sequencer"):
@@ -282,6 +273,6 @@ class EngineUnderTest(wiring.Component):
             with m.State("Read"):
                 with m.If(slave.arready):
                     m.d.sync += ar_valid.eq(0)
-                with m.If(reads.o.valid & out.ready & reads.o.payload[LINE_BITS]):
+                with m.If(slave.rvalid & out.ready & slave.rlast):
                     m.next = "Idle"
         return m
