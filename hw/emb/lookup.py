@@ -137,7 +137,8 @@ class LookupEngine(wiring.Component):
         its own copy of the pooler's operand choice and factor registers, and each 32-bit
         lane of the offset and index line streams its own copy of their read pointer
         (:mod:`hw.fanout`); and the offset, index and weight windows ask for lines from
-        registers (:class:`~hw.mem.line_stream.LineStream`, ``registered_fetch``), as do the
+        registers (:class:`~hw.mem.line_stream.LineStream`, ``registered_fetch``) and take
+        their lines a cycle late from registers (``registered_response``), as do the
         prefetches that read lines out of them (``LinePrefetch(registered_issue=)``); a
         sequential MEAN divider finds one quotient bit a cycle, not two; and the issuer's read
         requests pass a skid buffer (:class:`~hw.skid.SkidBuffer`) on their way to the
@@ -301,7 +302,8 @@ class LookupEngine(wiring.Component):
         # check was in front of the read-address priority, the reorder buffer's `ready` and
         # the issuer's row queue (the lookup's longest path on the ULX3S).
         windows = {name: LineStream(capacity=depth // LANES, addr_width=law,
-                                    registered_fetch=self._fpga_pipelining)
+                                    registered_fetch=self._fpga_pipelining,
+                                    registered_response=self._fpga_pipelining)
                    for name, depth in (("offsets", self._offset_depth),
                                        ("indices", self._index_depth),
                                        ("weights", self._index_depth))}
