@@ -11,17 +11,22 @@ All reads of one stream use one AXI ID, so they return in order and land in orde
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Module, Mux, Signal, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from hw.fanout import lane_copies
+from hw.fanout import lane_copies, replicated_register
+from hw.mem.sliced_fifo import slice_widths
 from hw.params import check_bool
 
 __all__ = ["LinePrefetch", "LineStream", "registered_lines_left"]
 
 COUNT_WIDTH = 32
+
+
+# Copies of each window slot's enable with ``registered_response``, a quarter line each.
+_LANDING_COPIES = 4
 
 
 def registered_lines_left(m, *, issued, end, advance, restart, at_restart, name="lines_left"):
@@ -83,9 +88,10 @@ class LineStream(wiring.Component):
     stream's reads above the others (the lookup's longest path on an ECP5).
 
     With ``registered_response`` a response lands in the window a cycle later, from registers
-    (as if memory answered a cycle later): the window's write enable, which reaches every bit
-    of a line, then starts at a flip-flop, not at the response's routing (a ULX3S build's
-    12.4 ns path into the offsets window).
+    (as if memory answered a cycle later), and the window is a register per slot whose enables
+    (a copy per quarter line) are registers set as the response arrives: no enable reaching a
+    whole line is a decode of ``written`` (a ULX3S build's 12.4 ns path into the offsets
+    window, 168 inputs). For windows of a few lines, as on an FPGA.
     """
 
     def __init__(self, *, capacity, addr_width, line_width=512, registered_fetch=False,
@@ -127,15 +133,37 @@ class LineStream(wiring.Component):
         """Cycles from a response to its line counting in ``written``."""
         return 1 + self._registered_response
 
+    def _landing_slots(self, m, slot_bits, data):
+        """``registered_response``'s window: a register per slot, loaded from the staged
+        ``data`` under a one-hot enable decided as the response arrives (a register, copied
+        per quarter of the line), so no enable is a decode of ``written`` spread over the
+        line. Returns the two read ports' data (registered, as a block RAM's would be)."""
+        arriving = Signal(max(slot_bits, 1))  # the slot the next response lands in
+        with m.If(self.start):
+            m.d.sync += arriving.eq(0)
+        with m.Elif(self.response.valid):
+            m.d.sync += arriving.eq(arriving + 1)
+        slots = [Signal(self._line_width, name=f"slot_{k}", reset_less=True)
+                 for k in range(self._capacity)]
+        widths = slice_widths(self._line_width, min(_LANDING_COPIES, self._line_width))
+        for k, slot in enumerate(slots):
+            lands = replicated_register(
+                m, self.response.valid & ~self.start & (arriving[:slot_bits] == k),
+                copies=len(widths), name=f"lands_{k}")
+            low = 0
+            for enable, width in zip(lands, widths, strict=True):
+                with m.If(enable):
+                    m.d.sync += slot[low:low + width].eq(data[low:low + width])
+                low += width
+        check_data = Signal(self._line_width, reset_less=True)
+        use_data = Signal(self._line_width, reset_less=True)
+        m.d.sync += [check_data.eq(Array(slots)[self.check_addr[:slot_bits]]),
+                     use_data.eq(Array(slots)[self.use_addr[:slot_bits]])]
+        return check_data, use_data
+
     def elaborate(self, platform):
         m = Module()
         slot_bits = exact_log2(self._capacity)
-        m.submodules.window = window = memory.Memory(
-            shape=unsigned(self._line_width), depth=self._capacity, init=[])
-        write = window.write_port()
-        check = window.read_port()
-        use = window.read_port()
-
         response = self.response
         if self._registered_response:
             # (`start` comes only while idle, and a staged response keeps the stream busy.)
@@ -143,6 +171,21 @@ class LineStream(wiring.Component):
             staged = Signal.like(self.response.payload, reset_less=True)
             m.d.sync += [staged_valid.eq(self.response.valid), staged.eq(self.response.payload)]
             response = SimpleNamespace(valid=staged_valid, payload=staged)
+            check_data, use_data = self._landing_slots(m, slot_bits, staged.data)
+        else:
+            m.submodules.window = window = memory.Memory(
+                shape=unsigned(self._line_width), depth=self._capacity, init=[])
+            write = window.write_port()
+            check = window.read_port()
+            use = window.read_port()
+            m.d.comb += [
+                write.addr.eq(self.written[:slot_bits]),
+                write.data.eq(response.payload.data),
+                write.en.eq(response.valid),
+                check.addr.eq(self.check_addr[:slot_bits]),
+                use.addr.eq(self.use_addr[:slot_bits]),
+            ]
+            check_data, use_data = check.data, use.data
 
         base = Signal.like(self.base)
         count = Signal(COUNT_WIDTH)
@@ -173,13 +216,8 @@ class LineStream(wiring.Component):
         m.d.comb += [
             self.ar.valid.eq(lines_left & room & ~self.stop),
             self.ar.payload.addr.eq(base + issued),
-            write.addr.eq(written[:slot_bits]),
-            write.data.eq(response.payload.data),
-            write.en.eq(response.valid),
-            check.addr.eq(self.check_addr[:slot_bits]),
-            self.check_data.eq(check.data),
-            use.addr.eq(self.use_addr[:slot_bits]),
-            self.use_data.eq(use.data),
+            self.check_data.eq(check_data),
+            self.use_data.eq(use_data),
             self.written.eq(written),
         ]
         if self._registered_fetch:
