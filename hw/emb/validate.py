@@ -605,12 +605,27 @@ class IndexValidator(wiring.Component):
         segment_is_table = Signal()  # the segment ends the table
         table_exhausted = Signal()   # also covers tables with no indices at all
         segment_end = Signal(32)
-        high = Signal(5)
-        m.d.comb += [
-            segment_end.eq(Mux(segment_is_table, table_end, line_end)),
-            high.eq(Mux(ends_in_line, table_end[:4], LANES)),
-        ]
-        mask = lane_mask(m, low, high, name="mask")
+        m.d.comb += segment_end.eq(Mux(segment_is_table, table_end, line_end))
+        # The segment's lanes, low <= k < (table_end[:4] if ends_in_line else LANES), from
+        # the registers' decoded values: equalities, not comparisons, which synthesis made
+        # carry chains of behind `ends_in_line`'s multiplexer (`high`), ahead of the lanes'
+        # comparators and five more LUT levels into `judged_bad` (a ULX3S build's longest
+        # path, 14.4 ns). `from_low` and `past_end` are kept as signals of their own (one
+        # LUT each per lane), so that synthesis neither chains them through each other nor
+        # merges them with the comparators: each lane's comparator, from the line's LUT RAM
+        # read and the row count's copy, then ends in one LUT (with its mask) in front of
+        # `judged_bad`.
+        from_low = Signal(LANES, attrs={"keep": 1})  # low <= k
+        past_end = Signal(LANES, attrs={"keep": 1})  # table_end[:4] <= k
+        for k in range(LANES):
+            m.d.comb += [
+                from_low[k].eq(functools.reduce(operator.or_,
+                                                [low == j for j in range(k + 1)])),
+                past_end[k].eq(functools.reduce(operator.or_,
+                                                [table_end[:4] == j for j in range(k + 1)])),
+            ]
+        mask = Signal(LANES)
+        m.d.comb += mask.eq(from_low & ~(past_end & ends_in_line.replicate(LANES)))
         too_big = Signal(LANES)
         for k in range(LANES):
             m.d.comb += too_big[k].eq(values[k] >= rows_per_lane[k])
