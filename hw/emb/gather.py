@@ -93,6 +93,9 @@ class GatherIssuer(wiring.Component):
     select of a 512-bit line choice) comes from flip-flops, not from the round-robin slot
     choice. It too costs a cycle of latency and a deeper row queue, not throughput; and
     ``freed``, the minimum of the bags' positions, is found over two cycles instead of one.
+    Stage A registers the grant too, and the fields only a bag's load writes (table, bag,
+    weighted, output line, scale) are chosen by that register in stage A, not by the fresh
+    grant in front of it.
     """
 
     def __init__(self, *, max_tables, max_dim, addr_width, bag_slots, registered_ready=False,
@@ -195,8 +198,14 @@ class GatherIssuer(wiring.Component):
         else:
             room = row_queue.level + in_stages < self.row_queue_depth
         error_seen = Signal()
+        # Whether an op may issue this cycle, apart from the slots: a function of flip-flops
+        # and `stop` only, so a slot's `chosen_now` is its grant and this one AND (a grant
+        # implies its ready bit, so `ready.any()` need not be in front of every slot's
+        # enables, as it was in `go`).
+        issue_enabled = Signal()
         go = Signal()
-        m.d.comb += go.eq(~self.stop & ~error_seen & room & ready.any())
+        m.d.comb += [issue_enabled.eq(~self.stop & ~error_seen & room),
+                     go.eq(issue_enabled & ready.any())]
 
         # The round robin as a one-hot grant: slot s wins when it is ready and no slot after
         # the last chosen one and before s is. Each grant bit is then a function of the ready
@@ -216,11 +225,11 @@ class GatherIssuer(wiring.Component):
         m.d.comb += chosen.eq(functools.reduce(
             operator.or_, (Mux(grant[s], s, 0) for s in range(slots))))
 
-        def pick(signals, name):
-            """The granted slot's value: an AND-OR over the one-hot grant."""
+        def pick(signals, name, select=grant):
+            """The selected slot's value: an AND-OR over the one-hot ``select`` (the grant)."""
             value = Signal.like(signals[0], name=f"chosen_{name}")
             m.d.comb += value.eq(functools.reduce(
-                operator.or_, (Mux(grant[s], signals[s], 0) for s in range(slots))))
+                operator.or_, (Mux(select[s], signals[s], 0) for s in range(slots))))
             return value
 
         c_final, c_empty = pick(final, "final"), pick(empty_bag, "empty")
@@ -251,10 +260,32 @@ class GatherIssuer(wiring.Component):
         # index and weight windows. Without, the choice itself reads them.
         p_op = Signal(slot_op)
         if self._registered_index_address:
+            # Registered, loaded every cycle (`a_valid` says whether they hold the chosen op,
+            # so their enables do not wait for the round robin's `go`): the grant and the
+            # fields that choosing the slot changes (its position, first, last, kind).
+            a_grant = Signal(slots)
+            a_changing = Signal(slot_op)
+            m.d.sync += [a_valid.eq(go), p_valid.eq(a_valid & ~self.start), a_grant.eq(grant),
+                         a_changing.kind.eq(c_op.kind), a_changing.position.eq(c_op.position),
+                         a_changing.first.eq(c_op.first), a_changing.last.eq(c_op.last)]
+            # The fields only a load writes are chosen here, in stage A, by the registered
+            # grant, not by the fresh one behind the readiness: a slot is loaded only while
+            # inactive and chosen only while active, so the slot chosen last cycle still holds
+            # them (a load writes them at the end of this cycle at the earliest). The round
+            # robin's grant then reaches only the changing fields, not some eighty more bits
+            # (a ULX3S build's `a_op.scale` bits were its latest issuer endpoints).
             a_op = Signal(slot_op)
-            # Loaded every cycle (`a_valid` says whether it holds the chosen op): its hundred
-            # enables then do not wait for the round robin's `go`.
-            m.d.sync += [a_valid.eq(go), p_valid.eq(a_valid & ~self.start), a_op.eq(c_op)]
+            m.d.comb += [
+                a_op.kind.eq(a_changing.kind), a_op.position.eq(a_changing.position),
+                a_op.first.eq(a_changing.first), a_op.last.eq(a_changing.last),
+                a_op.slot.eq(functools.reduce(
+                    operator.or_, (Mux(a_grant[s], s, 0) for s in range(slots)))),
+                a_op.table.eq(pick(table, "a_table", a_grant)),
+                a_op.bag.eq(pick(bag, "a_bag", a_grant)),
+                a_op.weighted.eq(pick(weighted, "a_weighted", a_grant)),
+                a_op.out_line.eq(pick(out_line, "a_out_line", a_grant)),
+                a_op.scale.eq(pick(scale, "a_scale", a_grant)),
+            ]
             with m.If(a_valid):
                 m.d.sync += p_op.eq(a_op)
             read_line = a_op.position >> 4
@@ -384,7 +415,7 @@ class GatherIssuer(wiring.Component):
         no_rows = descriptor.length == 0
 
         loaded_weighted = mode == PoolingMode.WEIGHTED
-        chosen_now = [go & grant[s] for s in range(slots)]
+        chosen_now = [issue_enabled & grant[s] for s in range(slots)]  # = go & grant[s]
         for s in range(slots):
             # The chosen slot advances from its own registers, not from the chosen_* copies:
             # the slot choice then only enables them, and the increment is not behind the
