@@ -522,10 +522,11 @@ class UpdateDatapath(wiring.Component):
         # apply's line the cycle after).
         mul_recent = [Signal(name=f"mul_recent_{k}") for k in range(self._fold - 1)]
         apply_ready = Signal()
-        accumulate_spaced = apply_spaced = Const(1)
+        # (Apply's spacing, apply_spaced = ~Cat(apply_ready, *mul_recent[:-1]).any(), is a
+        # term of the `apply_allowed` register.)
+        accumulate_spaced = Const(1)
         if mul_recent:
             accumulate_spaced = ~Cat(*mul_recent).any()
-            apply_spaced = ~Cat(apply_ready, *mul_recent[:-1]).any()
         m.d.comb += accumulate_go.eq(wants_accumulate & ~busy_line & apply_empty &
                                      ~deltas_busy & accumulate_spaced)
         for newer, older in zip([None, *recent], recent, strict=False):
@@ -559,15 +560,24 @@ class UpdateDatapath(wiring.Component):
                 (adder_booked >> 1) |
                 Mux(apply_go & keep_deltas,
                     (1 << (product_slot - 1)) | (1 << (delta_slot - 1)), 0))
-        # Whether the sums are final and the write queue has room for one more line in flight:
-        # registers set with the counters below (exactly what comparing the counts would say),
-        # because `apply_go` enables the row stream's 512-bit output register and so starts
-        # from flip-flops, not from adders.
-        sums_final = Signal(init=1)
+        # Whether the sums are final, the write queue has room for one more line in flight
+        # (`write_room`) and the folded lanes are free for it (`apply_spaced`): one register,
+        # loaded below with what they will say next cycle (exactly what comparing the counts
+        # would say), because `apply_go` is the row FIFO's read enable and starts from
+        # flip-flops, not from adders. As three terms they were a LUT level of their own in
+        # front of the FIFO's 16 read address copies spread over the die (hw.mem.sliced_fifo;
+        # 13.4-14.2 ns in a ULX3S build).
         write_room = Signal(init=1)
-        m.d.comb += apply_go.eq(
-            self.rows.valid & self.row_context.valid & sums_final &
-            ~wants_accumulate & write_room & adder_free & apply_spaced)
+        apply_allowed = Signal(init=1)
+        # All but the row's valid, in a LUT of its own (`keep`), so that the row FIFO's read
+        # enable is one LUT of it, the row's valid and the engine's choice of reader.
+        # Synthesis otherwise spread the terms over three LUT levels.
+        wants_row = Signal(attrs={"keep": 1})
+        m.d.comb += [
+            wants_row.eq(self.row_context.valid & ~wants_accumulate & apply_allowed &
+                         adder_free),
+            apply_go.eq(self.rows.valid & wants_row),
+        ]
         # (Data registers are reset_less here and below: qualified by a valid that is reset,
         # they need no reset, and the engine's per-command `clear` then reaches some 5,000
         # fewer flip-flops; with every one it was a ULX3S build's widest net.)
@@ -946,16 +956,28 @@ class UpdateDatapath(wiring.Component):
         # which decides the pop, is then not in front of the room's adders and comparison.
         popped = 0 if self._lane_replicas else writes.r_en & writes.r_rdy
         writes_level_next = writes.level + entered - popped
+        # (accumulating_next == 0, with accumulate_go at the last gate: a line taken leaves
+        # at least one in flight.)
+        sums_final_next = ~accumulate_go & Mux(job_done[_Job.ACCUMULATE], accumulating == 1,
+                                               accumulating == 0)
+        write_room_next = writes_level_next + applying_next < self._write_depth - spare
+        if mul_recent:
+            # apply_spaced's next value: apply_ready and mul_recent[k] load apply_go and
+            # mul_recent[k - 1] (mul_recent[0] loads mul_valid). A line taken this cycle
+            # spaces the next, so write_room's next value is only needed without one.
+            spaced_next = ~Cat(mul_valid, *mul_recent[:-2]).any() if self._fold > 2 else 1
+            write_room_held = (writes_level_next + (applying - finished_apply)
+                               < self._write_depth - spare)
+            apply_allowed_next = ~apply_go & sums_final_next & write_room_held & spaced_next
+        else:
+            apply_allowed_next = sums_final_next & write_room_next
         m.d.sync += [
             accumulating.eq(accumulating_next),
             applying.eq(applying_next),
-            # (applying_next == 0, with apply_go at the last gate, as sums_final below.)
+            # (applying_next == 0, with apply_go at the last gate, as sums_final_next.)
             apply_empty.eq(~apply_go & Mux(finished_apply, applying == 1, applying == 0)),
-            # (accumulating_next == 0, with accumulate_go at the last gate: a line taken
-            # leaves at least one in flight.)
-            sums_final.eq(~accumulate_go & Mux(job_done[_Job.ACCUMULATE], accumulating == 1,
-                                               accumulating == 0)),
-            write_room.eq(writes_level_next + applying_next < self._write_depth - spare),
+            write_room.eq(write_room_next),
+            apply_allowed.eq(apply_allowed_next),
         ]
         if not self._corrections:
             return m

@@ -845,16 +845,19 @@ def test_datapath_apply_keeps_deltas_at_its_rate(delta_lanes, fpga):
     assert span == (lines - 1 if delta_lanes else 2 * lines - dut.add_latency - 2), taken_at
 
 
-@pytest.mark.parametrize(("fpga", "seed"), [(False, 1), (True, 2)])
-def test_datapath_apply_waits_for_room_in_a_full_write_queue(fpga, seed):
+@pytest.mark.parametrize(("fpga", "fold", "seed"), [(False, 1, 1), (True, 1, 2), (True, 2, 3)])
+def test_datapath_apply_waits_for_room_in_a_full_write_queue(fpga, fold, seed):
     """The memory takes no write for a long while, then takes them at random: rows are
     offered every cycle, so the write queue fills and the apply must stop with a line in
     flight for each free entry (``write_room``). Every row comes out once, in order and
-    bit-exact; none is dropped at a full queue."""
+    bit-exact; none is dropped at a full queue. (Folded lanes take a line every other cycle
+    at most, and take no corrections: their ``apply_allowed`` register looks at the room
+    left without a line taken.)"""
     capacity, lps = 16, 2
     lines = capacity * lps
     dut = UpdateDatapath(capacity=capacity, lines_per_slot=lps, line_address_width=10,
-                         lane_replicas=fpga, registered_operands=fpga, read_port_per_use=fpga)
+                         lane_replicas=fpga, registered_operands=fpga, read_port_per_use=fpga,
+                         lane_fold=fold, corrections=fold == 1)
     draw = np.random.default_rng(seed)
     gradient = draw.standard_normal((lines, 16)).astype(np.float32)
     rows = draw.standard_normal((lines, 16)).astype(np.float32)
@@ -887,6 +890,52 @@ def test_datapath_apply_waits_for_room_in_a_full_write_queue(fpga, seed):
         await ctx.tick().until(dut.apply_idle & ~dut.writes_queued)
 
     simulate(dut, gradients, testbench, processes=(collect,), deadline=20_000)
+    new_rows = rows - lr * gradient
+    assert [address for address, _ in written] == list(range(lines))
+    for line, (_, floats) in enumerate(written):
+        assert np.array_equal(floats.view(np.uint32), new_rows[line].view(np.uint32)), line
+
+
+@pytest.mark.parametrize(("fpga", "fold"), [(False, 1), (True, 2)])
+def test_datapath_apply_waits_for_the_final_sums(fpga, fold):
+    """Row lines are offered from the first cycle, while the gradients are still being
+    summed: the apply must wait until no sum is in flight (`sums_final`, a term of the
+    `apply_allowed` register), or it would read a sum not yet written. Every row comes out
+    bit-exact."""
+    capacity, lps = 4, 2
+    lines = capacity * lps
+    dut = UpdateDatapath(capacity=capacity, lines_per_slot=lps, line_address_width=10,
+                         lane_replicas=fpga, registered_operands=fpga, read_port_per_use=fpga,
+                         lane_fold=fold, corrections=False)
+    draw = np.random.default_rng(fold)
+    gradient = draw.standard_normal((lines, 16)).astype(np.float32)
+    rows = draw.standard_normal((lines, 16)).astype(np.float32)
+    lr = np.float32(0.625)
+    written = []
+
+    async def gradients(ctx):
+        await send(ctx, dut.gradient, [_line_int(line) for line in gradient])
+
+    async def collect(ctx):
+        ctx.set(dut.writes.ready, 1)
+        while True:
+            _, _, valid, payload = await ctx.tick().sample(dut.writes.valid, dut.writes.payload)
+            if valid:
+                written.append((payload.address, _line_floats(payload.data)))
+
+    async def accumulations(ctx):
+        await _accumulate_each_slot_once(ctx, dut, capacity, lps)
+
+    async def testbench(ctx):
+        ctx.set(dut.lr, int(lr.view(np.uint32)))
+        for line in range(lines):
+            _offer_row_line(ctx, dut, rows, line, lps)
+            await ctx.tick().until(dut.rows.ready)
+        ctx.set(dut.rows.valid, 0)
+        ctx.set(dut.row_context.valid, 0)
+        await ctx.tick().until(dut.apply_idle & ~dut.writes_queued)
+
+    simulate(dut, gradients, accumulations, testbench, processes=(collect,), deadline=20_000)
     new_rows = rows - lr * gradient
     assert [address for address, _ in written] == list(range(lines))
     for line, (_, floats) in enumerate(written):
