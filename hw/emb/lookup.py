@@ -137,8 +137,8 @@ class LookupEngine(wiring.Component):
         its own copy of the pooler's operand choice and factor registers, and each 32-bit
         lane of the offset and index line streams its own copy of their read pointer
         (:mod:`hw.fanout`); and the offset, index and weight windows ask for lines from
-        registers (:class:`~hw.mem.line_stream.LineStream`, ``registered_fetch``) and take
-        their lines a cycle late from registers (``registered_response``), as do the
+        registers (:class:`~hw.mem.line_stream.LineStream`, ``registered_fetch``) and land
+        their lines under enables decided a cycle ahead (``landing_ahead``), as do the
         prefetches that read lines out of them (``LinePrefetch(registered_issue=)``); a
         sequential MEAN divider finds one quotient bit a cycle, not two; and the issuer's read
         requests pass a skid buffer (:class:`~hw.skid.SkidBuffer`) on their way to the
@@ -303,7 +303,7 @@ class LookupEngine(wiring.Component):
         # the issuer's row queue (the lookup's longest path on the ULX3S).
         windows = {name: LineStream(capacity=depth // LANES, addr_width=law,
                                     registered_fetch=self._fpga_pipelining,
-                                    registered_response=self._fpga_pipelining)
+                                    landing_ahead=self._fpga_pipelining)
                    for name, depth in (("offsets", self._offset_depth),
                                        ("indices", self._index_depth),
                                        ("weights", self._index_depth))}
@@ -504,12 +504,14 @@ class LookupEngine(wiring.Component):
         # windows' write enables then come straight from flip-flops.
         r_for_reorder = Signal()
         r_for_stream = Signal(len(_STREAMS))
-        m.d.comb += axi.rready.eq(1)
+        for_stream = Signal(len(_STREAMS))  # what `r_for_stream` is loaded with
+        m.d.comb += [axi.rready.eq(1),
+                     for_stream.eq(Cat(axi.rvalid & (axi.rid == n_ids + k)
+                                       for k in range(len(_STREAMS))))]
         m.d.sync += [r_id.eq(axi.rid), r_data.eq(axi.rdata),
                      r_error.eq(axi.rresp != 0),
                      r_for_reorder.eq(axi.rvalid & (axi.rid < n_ids)),
-                     r_for_stream.eq(Cat(axi.rvalid & (axi.rid == n_ids + k)
-                                         for k in range(len(_STREAMS))))]
+                     r_for_stream.eq(for_stream)]
         m.d.comb += [
             reorder.response.valid.eq(r_for_reorder),
             reorder.response.payload.id.eq(r_id),
@@ -517,6 +519,8 @@ class LookupEngine(wiring.Component):
             reorder.response.payload.error.eq(r_error),
         ]
         for k, name in enumerate(_STREAMS):
+            if self._fpga_pipelining:
+                m.d.comb += windows[name].response_ahead.eq(for_stream[k])
             m.d.comb += [
                 windows[name].response.valid.eq(r_for_stream[k]),
                 windows[name].response.payload.data.eq(r_data),

@@ -9,8 +9,6 @@ window simply holds the whole buffer.
 All reads of one stream use one AXI ID, so they return in order and land in order.
 """
 
-from types import SimpleNamespace
-
 from amaranth.hdl import Array, Module, Mux, Signal, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -25,7 +23,7 @@ __all__ = ["LinePrefetch", "LineStream", "registered_lines_left"]
 COUNT_WIDTH = 32
 
 
-# Copies of each window slot's enable with ``registered_response``, a quarter line each.
+# Copies of each window slot's enable with ``landing_ahead``, a quarter line each.
 _LANDING_COPIES = 4
 
 
@@ -68,6 +66,8 @@ class LineStream(wiring.Component):
         Issue no further reads (reads in flight still land).
     ar : ``Out(stream.Signature({"addr"}))``
     response : ``In(stream.Signature({"data", "error"}, always_ready=True))``
+    response_ahead : ``In(1)``
+        With ``landing_ahead``: ``response.valid`` of the next cycle.
     written : ``Out(32)``
         Lines landed in the window since ``start`` (line ``k`` is at ring slot ``k % capacity``).
     freed : ``In(32)``
@@ -87,20 +87,20 @@ class LineStream(wiring.Component):
     comparison of ``freed``, which sits in front of the read-address arbiter that ranks this
     stream's reads above the others (the lookup's longest path on an ECP5).
 
-    With ``registered_response`` a response lands in the window a cycle later, from registers
-    (as if memory answered a cycle later), and the window is a register per slot whose enables
-    (a copy per quarter line) are registers set as the response arrives: no enable reaching a
-    whole line is a decode of ``written`` (a ULX3S build's 12.4 ns path into the offsets
-    window, 168 inputs). For windows of a few lines, as on an FPGA.
+    With ``landing_ahead`` the window is a register per slot, and the slot a response lands in
+    is enabled by registers (a copy per quarter line) set the cycle before, from
+    ``response_ahead``: no enable that reaches a whole line is a decode of ``written`` (a
+    ULX3S build's 12.4 ns path into the offsets window, 168 inputs). The same cycles as
+    without. For windows of a few lines, as on an FPGA.
     """
 
     def __init__(self, *, capacity, addr_width, line_width=512, registered_fetch=False,
-                 registered_response=False):
+                 landing_ahead=False):
         if not isinstance(capacity, int) or capacity < 2 or capacity & (capacity - 1):
             raise ValueError(f"Capacity must be a power of two, at least 2, not {capacity!r}")
         self._capacity = capacity
         self._registered_fetch = check_bool("Registered fetch", registered_fetch)
-        self._registered_response = check_bool("Registered response", registered_response)
+        self._landing_ahead = check_bool("Landing ahead", landing_ahead)
         self._line_width = line_width
         super().__init__({
             "start": In(1),
@@ -110,6 +110,7 @@ class LineStream(wiring.Component):
             "ar": Out(stream.Signature(data.StructLayout({"addr": unsigned(addr_width)}))),
             "response": In(stream.Signature(data.StructLayout({
                 "data": unsigned(line_width), "error": 1}), always_ready=True)),
+            **({"response_ahead": In(1)} if landing_ahead else {}),
             "written": Out(COUNT_WIDTH),
             "freed": In(COUNT_WIDTH),
             "idle": Out(1),
@@ -128,27 +129,22 @@ class LineStream(wiring.Component):
     def registered_fetch(self):
         return self._registered_fetch
 
-    @property
-    def response_latency(self):
-        """Cycles from a response to its line counting in ``written``."""
-        return 1 + self._registered_response
-
     def _landing_slots(self, m, slot_bits, data):
-        """``registered_response``'s window: a register per slot, loaded from the staged
-        ``data`` under a one-hot enable decided as the response arrives (a register, copied
-        per quarter of the line), so no enable is a decode of ``written`` spread over the
-        line. Returns the two read ports' data (registered, as a block RAM's would be)."""
+        """``landing_ahead``'s window: a register per slot, loaded from ``data`` under a
+        one-hot enable decided a cycle ahead from ``response_ahead`` (a register, copied per
+        quarter of the line), so no enable is a decode of ``written`` spread over the line.
+        Returns the two read ports' data (registered, as a block RAM's would be)."""
         arriving = Signal(max(slot_bits, 1))  # the slot the next response lands in
         with m.If(self.start):
             m.d.sync += arriving.eq(0)
-        with m.Elif(self.response.valid):
+        with m.Elif(self.response_ahead):
             m.d.sync += arriving.eq(arriving + 1)
         slots = [Signal(self._line_width, name=f"slot_{k}", reset_less=True)
                  for k in range(self._capacity)]
         widths = slice_widths(self._line_width, min(_LANDING_COPIES, self._line_width))
         for k, slot in enumerate(slots):
             lands = replicated_register(
-                m, self.response.valid & ~self.start & (arriving[:slot_bits] == k),
+                m, self.response_ahead & ~self.start & (arriving[:slot_bits] == k),
                 copies=len(widths), name=f"lands_{k}")
             low = 0
             for enable, width in zip(lands, widths, strict=True):
@@ -165,13 +161,8 @@ class LineStream(wiring.Component):
         m = Module()
         slot_bits = exact_log2(self._capacity)
         response = self.response
-        if self._registered_response:
-            # (`start` comes only while idle, and a staged response keeps the stream busy.)
-            staged_valid = Signal()
-            staged = Signal.like(self.response.payload, reset_less=True)
-            m.d.sync += [staged_valid.eq(self.response.valid), staged.eq(self.response.payload)]
-            response = SimpleNamespace(valid=staged_valid, payload=staged)
-            check_data, use_data = self._landing_slots(m, slot_bits, staged.data)
+        if self._landing_ahead:
+            check_data, use_data = self._landing_slots(m, slot_bits, response.payload.data)
         else:
             m.submodules.window = window = memory.Memory(
                 shape=unsigned(self._line_width), depth=self._capacity, init=[])

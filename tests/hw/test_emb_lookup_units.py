@@ -135,18 +135,18 @@ def test_reorder_buffer_rejects_bad_depth():
 
 # ------------------------------------------------------------- line stream and prefetch
 
-@pytest.mark.parametrize(("pointer_copies", "registered_fetch", "registered_response"),
+@pytest.mark.parametrize(("pointer_copies", "registered_fetch", "landing_ahead"),
                          [(1, False, False), (4, False, False), (1, True, False),
                           (1, True, True), (4, False, True)])
 def test_line_stream_respects_its_window_and_lands_in_order(pointer_copies, registered_fetch,
-                                                            registered_response):
+                                                            landing_ahead):
     from amaranth.hdl import Module
 
     capacity = 4
     m = Module()
     m.submodules.stream = window = LineStream(capacity=capacity, addr_width=20, line_width=32,
                                               registered_fetch=registered_fetch,
-                                              registered_response=registered_response)
+                                              landing_ahead=landing_ahead)
     m.submodules.prefetch = prefetch = LinePrefetch(line_width=32, pointer_copies=pointer_copies,
                                                     registered_issue=registered_fetch)
     m.d.comb += [window.check_addr.eq(prefetch.addr), prefetch.data.eq(window.check_data),
@@ -167,26 +167,27 @@ def test_line_stream_respects_its_window_and_lands_in_order(pointer_copies, regi
 
     async def memory(ctx):
         await ctx.tick()
-        landing = staged = False
+        landing = upcoming = False
         while len(got) < count:
             ctx.set(window.ar.ready, draw.random() < 0.7)
             _, _, valid, ready, address, issued, freed, idle = await ctx.tick().sample(
                 window.ar.valid, window.ar.ready, window.ar.payload.addr, window.written,
                 window.freed, window.idle)
             # (Sampled before the edge: the read taken then and the line landing then, the
-            # one popped last time round, still count as in flight; with a registered
-            # response so does the one that landed the cycle before, still in its register.)
-            assert idle == (not in_flight and not landing and not staged), \
-                f"idle {idle} with {len(in_flight) + landing + staged} reads in flight"
+            # one popped last time round, still count as in flight.)
+            assert idle == (not in_flight and not landing), \
+                f"idle {idle} with {len(in_flight) + landing} reads in flight"
             if valid and ready:
                 in_flight.append(address)
             assert len(in_flight) + issued - freed <= capacity, "read beyond the window"
-            ctx.set(window.response.valid, 0)
-            staged = registered_response and bool(landing)
-            landing = in_flight and draw.random() < 0.5
+            # A landing is decided a cycle ahead, and told with `landing_ahead`.
+            landing = upcoming
+            ctx.set(window.response.valid, landing)
             if landing:
-                ctx.set(window.response.valid, 1)
                 ctx.set(window.response.payload.data, in_flight.pop(0) * 7)
+            upcoming = bool(in_flight) and draw.random() < 0.5
+            if landing_ahead:
+                ctx.set(window.response_ahead, upcoming)
 
     async def consumer(ctx):
         while len(got) < count:
@@ -304,8 +305,8 @@ def test_line_stream_reads_a_line_per_cycle_and_stops_at_its_count(registered_fe
 def test_line_stream_rejects_a_registered_fetch_that_is_not_a_bool():
     with pytest.raises(TypeError, match=r"^Registered fetch must be True or False, not 1$"):
         LineStream(capacity=4, addr_width=20, registered_fetch=1)
-    with pytest.raises(TypeError, match=r"^Registered response must be True or False, not 1$"):
-        LineStream(capacity=4, addr_width=20, registered_response=1)
+    with pytest.raises(TypeError, match=r"^Landing ahead must be True or False, not 1$"):
+        LineStream(capacity=4, addr_width=20, landing_ahead=1)
     with pytest.raises(TypeError, match=r"^Registered issue must be True or False, not 1$"):
         LinePrefetch(registered_issue=1)
 
