@@ -33,7 +33,7 @@ class AxiBram(wiring.Component):
     this project only use full-width beats). A beat outside the memory is answered with
     DECERR and writes nothing. Reads return one beat per cycle, :attr:`read_latency` cycles
     after their AR handshake (the beats are read ahead into registers, see ``elaborate``); a
-    write lands two cycles after its W beat is accepted (the block RAM's write port is fed
+    write lands the cycle after its W beat is accepted (the block RAM's write port is fed
     from registers: the EBRs sit in fixed columns, and the W handshake's logic in front of
     them was a 20 ns path in a ULX3S build) and its B response follows the last beat no
     earlier, so a read issued after a B response sees the data. Up to two bursts of
@@ -175,7 +175,7 @@ class AxiBram(wiring.Component):
             axi.rlast.eq(presented.last),
         ]
 
-        # --- writes: data lands after its W beat; B follows the last one ---------------------
+        # --- writes: data lands with its W beat; B follows the last one ----------------------
         m.submodules.addresses = addresses = fifo.SyncFIFOBuffered(width=burst.size, depth=2)
         response = data.StructLayout({"id": unsigned(self._id_width), "error": unsigned(1)})
         m.submodules.responses = responses = fifo.SyncFIFOBuffered(width=response.size, depth=2)
@@ -192,20 +192,10 @@ class AxiBram(wiring.Component):
         burst_error = Signal()
         accept = addresses.r_rdy & axi.wvalid & responses.w_rdy
         beat_error = ~inside(write_line)
-        # A beat reaches the write port through two registers that load every cycle: the
-        # manager's data comes from wherever its lanes sit, the block RAMs from their
-        # columns, and one register between them was a ULX3S build's 12.6 ns path (92
-        # inputs).
-        staged_addr = Signal.like(write.addr)
-        staged_data = Signal.like(write.data, reset_less=True)
-        staged_en = Signal.like(write.en)
         m.d.sync += [
-            staged_addr.eq(write_line),
-            staged_data.eq(axi.wdata),
-            staged_en.eq(Mux(accept & ~beat_error, axi.wstrb, 0)),
-            write.addr.eq(staged_addr),
-            write.data.eq(staged_data),
-            write.en.eq(staged_en),
+            write.addr.eq(write_line),
+            write.data.eq(axi.wdata),
+            write.en.eq(Mux(accept & ~beat_error, axi.wstrb, 0)),
         ]
         m.d.comb += [
             axi.wready.eq(addresses.r_rdy & responses.w_rdy),

@@ -79,7 +79,7 @@ def test_initial_contents_bursts_and_byte_strobes():
 
 
 def test_a_read_right_after_the_b_response_sees_the_write():
-    """The write lands two cycles after its W beat (from registers), but never after its B
+    """The write lands a cycle after its W beat (from registers), but never after its B
     response: a read whose AR follows the B handshake at once returns the new data."""
     init = [line(k) for k in range(4)]
     bram = AxiBram(depth=4, init=init, addr_width=12, id_width=2)
