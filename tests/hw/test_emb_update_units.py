@@ -890,8 +890,23 @@ def test_datapath_apply_waits_for_room_in_a_full_write_queue(fpga, fold, seed):
         await ctx.tick().until(dut.apply_idle & ~dut.writes_queued)
 
     simulate(dut, gradients, testbench, processes=(collect,), deadline=20_000)
-    new_rows = rows - lr * gradient
-    assert [address for address, _ in written] == list(range(lines))
+    _assert_rows_updated_in_order(written, rows - lr * gradient)
+
+
+def _take_every_write(dut, written):
+    """A process that takes every write the datapath offers, as ``(address, floats)``."""
+    async def collect(ctx):
+        ctx.set(dut.writes.ready, 1)
+        while True:
+            _, _, valid, payload = await ctx.tick().sample(dut.writes.valid, dut.writes.payload)
+            if valid:
+                written.append((payload.address, _line_floats(payload.data)))
+    return collect
+
+
+def _assert_rows_updated_in_order(written, new_rows):
+    """``written`` holds every row line once, in address order, each bit-exact."""
+    assert [address for address, _ in written] == list(range(len(new_rows)))
     for line, (_, floats) in enumerate(written):
         assert np.array_equal(floats.view(np.uint32), new_rows[line].view(np.uint32)), line
 
@@ -916,13 +931,6 @@ def test_datapath_apply_waits_for_the_final_sums(fpga, fold):
     async def gradients(ctx):
         await send(ctx, dut.gradient, [_line_int(line) for line in gradient])
 
-    async def collect(ctx):
-        ctx.set(dut.writes.ready, 1)
-        while True:
-            _, _, valid, payload = await ctx.tick().sample(dut.writes.valid, dut.writes.payload)
-            if valid:
-                written.append((payload.address, _line_floats(payload.data)))
-
     async def accumulations(ctx):
         await _accumulate_each_slot_once(ctx, dut, capacity, lps)
 
@@ -935,11 +943,9 @@ def test_datapath_apply_waits_for_the_final_sums(fpga, fold):
         ctx.set(dut.row_context.valid, 0)
         await ctx.tick().until(dut.apply_idle & ~dut.writes_queued)
 
-    simulate(dut, gradients, accumulations, testbench, processes=(collect,), deadline=20_000)
-    new_rows = rows - lr * gradient
-    assert [address for address, _ in written] == list(range(lines))
-    for line, (_, floats) in enumerate(written):
-        assert np.array_equal(floats.view(np.uint32), new_rows[line].view(np.uint32)), line
+    simulate(dut, gradients, accumulations, testbench,
+             processes=(_take_every_write(dut, written),), deadline=20_000)
+    _assert_rows_updated_in_order(written, rows - lr * gradient)
 
 
 def test_datapath_correction_lanes_correct_beside_the_apply():
