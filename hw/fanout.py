@@ -32,14 +32,20 @@ REPLICA_ATTRIBUTE = "trainingcxl_replica"
 KEEP_REPLICAS_SCRIPT = f"setattr -set keep 1 a:{REPLICA_ATTRIBUTE} %ci1:+$dff[Q] t:$dff %i"
 
 
-def replicated_register(m, value, *, copies, name, domain="sync"):
+def replicated_register(m, value, *, copies, name, domain="sync", reset_less=False):
     """``copies`` registers, each loaded with ``value`` every cycle of ``domain``: the same
     timing as one register ``r.eq(value)``, for ``copies`` groups of consumers. Returns the
-    list of registers, named ``<name>_replica_<k>``."""
+    list of registers, named ``<name>_replica_<k>``.
+
+    With ``reset_less`` the copies ignore a reset of ``domain`` (a ``ResetInserter``): they
+    hold ``value``'s old value for the cycle after one. For consumers that do not look then,
+    it keeps the reset out of the copies' inputs: Yosys makes it a LUT in front of each bit,
+    shared by all the copies, so their one net starts behind a LUT wherever the placer put it.
+    """
     _check_copies(copies)
     replicas = []
     for k in range(copies):
-        replica = Signal.like(value, name=f"{name}_replica_{k}",
+        replica = Signal.like(value, name=f"{name}_replica_{k}", reset_less=reset_less,
                               attrs={REPLICA_ATTRIBUTE: 1})
         m.d[domain] += replica.eq(value)
         replicas.append(replica)

@@ -7,6 +7,7 @@ from functools import partial
 
 import numpy as np
 import pytest
+from amaranth.hdl import ResetInserter, Signal
 from amaranth.lib import data
 
 from hw.emb.checks import CommandChecker
@@ -657,6 +658,78 @@ def test_index_validator_names_position_and_table(replicated_rows, registered_er
             assert taken_lines == lines_done == lines, (indices, starts, rows)
         else:
             assert highest_checked <= expected["position"], (indices, starts, rows)
+
+
+def test_index_validator_reset_mid_walk_then_a_new_command():
+    """Under the update engine's per-command reset (a ``ResetInserter``) at any cycle of a
+    walk, the validator is idle with no error from the cycle after, and the next command is
+    judged as by a fresh one (its row copies and judged lanes have no reset of their own)."""
+    draw = random.Random(7)
+    dut = IndexValidator(max_tables=4, addr_width=32, replicated_rows=True,
+                         registered_error=True)
+    reset = Signal()
+    top = ResetInserter(reset)(dut)
+    layout = data.ArrayLayout(table_layout(32), 4)
+    jobs = []
+    for number in range(24):
+        tables = draw.randint(1, 4)
+        counts = [draw.choice([0, 3, 16, 40]) for _ in range(tables)]
+        # Alternately many rows (what the copies hold when the reset comes) and few.
+        rows = [draw.randint(30, 60) if number % 2 else draw.randint(1, 4)
+                for _ in range(tables)]
+        indices = [draw.randrange(r) for r, c in zip(rows, counts, strict=True)
+                   for _ in range(c)]
+        starts = [sum(counts[:t]) for t in range(tables + 1)]
+        if indices and number % 4 == 2:
+            # Just past its table's rows: copies still holding the many rows miss it.
+            spot = draw.randrange(len(indices))
+            table = max(t for t in range(tables) if starts[t] <= spot)
+            indices[spot] = rows[table] + draw.randrange(2)
+        jobs.append((indices, starts, rows, number % 2 == 1 and len(indices) > 16))
+    results = []
+
+    async def testbench(ctx):
+        for indices, starts, rows, interrupted in jobs:
+            tables = len(rows)
+            ctx.set(dut.tables, layout.const([{"rows": r, "dim": 16} for r in rows]
+                                             + [{}] * (4 - tables)))
+            for t in range(5):
+                ctx.set(dut.table_starts[t], starts[min(t, tables)])
+            ctx.set(dut.num_indices, len(indices))
+            await ctx.tick()
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            if interrupted:
+                # Lines offered every cycle, the reset a few cycles into the walk (a line
+                # still offered with it).
+                lines = lines_of(indices)
+                ctx.set(dut.lines.valid, 1)
+                for _ in range(draw.randint(0, 3)):
+                    ctx.set(dut.lines.payload, lines[0])
+                    _, _, taken = await ctx.tick().sample(dut.lines.ready)
+                    if taken:
+                        lines.pop(0)
+                ctx.set(dut.lines.payload, lines[0])
+                ctx.set(reset, 1)
+                await ctx.tick()
+                ctx.set(reset, 0)
+                ctx.set(dut.lines.valid, 0)
+                for _ in range(3):
+                    assert ctx.get(dut.done) and ctx.get(dut.error.code) == ErrorCode.NONE
+                    assert ctx.get(dut.checked) == 0
+                    await ctx.tick()
+                continue
+            (error,), _, _ = await feed_until_done(ctx, dut, lines_of(indices), draw,
+                                                   watch=[dut.error])
+            results.append(({"code": error.code, "table": error.table,
+                             "position": error.position},
+                            index_reference(indices, starts, rows)))
+
+    simulate(top, testbench)
+    assert len(results) == sum(not interrupted for *_, interrupted in jobs)
+    for got, expected in results:
+        assert got == expected
 
 
 def test_index_validator_rejects_non_bool_replicated_rows():

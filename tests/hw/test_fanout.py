@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 from amaranth.back import rtlil
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
@@ -60,6 +60,33 @@ def test_copies_are_named_marked_and_load_together():
         ctx.set(dut.enable, 0)
         await ctx.tick()
         assert ctx.get(dut.y) == 0
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+
+
+@pytest.mark.parametrize("reset_less", [False, True], ids=["reset", "reset-less"])
+def test_reset_less_copies_ignore_a_reset(reset_less):
+    """Under a ``ResetInserter`` the copies reset with the value by default; ``reset_less``
+    ones load the value as it was before the reset, and follow it from the cycle after."""
+    m = Module()
+    value = Signal(4, init=0)
+    copies = replicated_register(m, value, copies=2, name="factor", reset_less=reset_less)
+    m.d.sync += value.eq(value + 3)
+    reset = Signal()
+    dut = ResetInserter(reset)(m)
+
+    async def testbench(ctx):
+        seen = []
+        for pulse in (0, 0, 1, 0, 0):
+            ctx.set(reset, pulse)
+            await ctx.tick()
+            seen.append((ctx.get(value), [ctx.get(c) for c in copies]))
+        before = 6 if reset_less else 0   # what the copies load with the reset
+        assert seen == [(3, [0, 0]), (6, [3, 3]), (0, [before] * 2), (3, [0, 0]),
+                        (6, [3, 3])]
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)
