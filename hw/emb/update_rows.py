@@ -45,7 +45,9 @@ class UniqueRows(wiring.Component):
     count : ``Out(range(capacity + 1))``
         Slots in use.
     clear : ``In(1)``
-        Forget every row (start a new chunk). No occurrence is accepted in that cycle.
+        Forget every row (start a new chunk). No occurrence is accepted in that cycle. With
+        ``registered_accept`` only while ``o`` holds no occurrence (the engine clears a
+        chunk once it has drained).
     key_slot : ``In(range(capacity))``, key : ``Out({"table", "row": 32})``
         The key held in a slot (combinational read), for the update pass.
     probe : ``In(1)``, probe_key : ``In({"table", "row": 32})``
@@ -57,9 +59,11 @@ class UniqueRows(wiring.Component):
     enables, so the queue behind ``i`` and the key registers load from flip-flops: while
     there is room an occurrence is taken whether its key is known or not, and once the chunk
     is full one is taken only the cycle after its comparison found its key (a cycle more per
-    occurrence then, against one per cycle); a new key is written a cycle after it is taken,
-    and until then the comparisons see it in a register of its own. The slots, and the
-    chunks, are the same.
+    occurrence then, against one per cycle). Nor do they reach the count's enable or the
+    output's slot register: an occurrence's comparison is registered with it in ``o``, its
+    slot and ``fresh`` are chosen from those registers, and a new row is counted and its key
+    written as it leaves ``o`` (``count``, ``key`` and the comparisons see it there until
+    then). The slots, the chunks and every output's timing are the same.
     """
 
     def __init__(self, *, capacity, table_width, payload_shape, registered_accept=False):
@@ -93,9 +97,10 @@ class UniqueRows(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        registered = self._registered_accept
         keys = [Signal(self._key_layout, name=f"key_{slot}") for slot in range(self._capacity)]
+        # Slots whose keys are written (with registered_accept, not the one in `o`).
         count = Signal(range(self._capacity + 1))
-        m.d.comb += self.count.eq(count)
 
         wanted = Signal(self._key_layout)
         with m.If(self.probe):
@@ -103,88 +108,109 @@ class UniqueRows(wiring.Component):
         with m.Else():
             m.d.comb += [wanted.table.eq(self.i.payload.table),
                          wanted.row.eq(self.i.payload.row)]
-        # With registered_accept a key taken last cycle is written this cycle: until then its
-        # slot's register is stale, and the pending copy stands in for it.
-        pending = Signal()
-        pending_key = Signal(self._key_layout)
-        pending_slot = Signal(range(self._capacity))
-        matches = [(slot < count) & ~(pending & (pending_slot == slot))
-                   & (key.as_value() == wanted.as_value())
+        matches = [(slot < count) & (key.as_value() == wanted.as_value())
                    for slot, key in enumerate(keys)]
-        pending_match = pending & (pending_key.as_value() == wanted.as_value())
         hit = Signal()
         hit_slot = Signal(range(self._capacity))
+        if registered:
+            # The occurrence in `o` was compared as it was taken: whether its key was known
+            # then (`held_hit`), the slot found and its key. A new one (`held_new`) takes slot
+            # `count`, and its key is written as it leaves `o`: until then the comparisons
+            # see it in `held_key`, in slot `count`. (They count only with `o.valid`, and have
+            # no reset: the engine's per-command reset would reach the comparisons' ends.)
+            held_hit = Signal(reset_less=True)
+            held_slot = Signal(range(self._capacity), reset_less=True)
+            held_key = Signal(self._key_layout, reset_less=True)
+            held_new = Signal()
+            m.d.comb += held_new.eq(self.o.valid & ~held_hit)
+            held_match = held_new & (held_key.as_value() == wanted.as_value())
+            extras = [(held_match, count)]
+            m.d.comb += self.count.eq(count + held_new)
+        else:
+            extras = []
+            m.d.comb += self.count.eq(count)
         # Keys are distinct, so at most one slot matches: bit b of its number is the OR of the
         # matches of the slots that have bit b set (flat, so 1,024 slots elaborate too).
-        m.d.comb += hit.eq(Cat(*matches, pending_match).any())
+        m.d.comb += hit.eq(Cat(*matches, *(match for match, _ in extras)).any())
         for bit in range(len(hit_slot)):
             m.d.comb += hit_slot[bit].eq(
                 Cat(*(match for slot, match in enumerate(matches) if slot >> bit & 1),
-                    pending_match & pending_slot[bit]).any())
-        room = count != self._capacity
+                    *(match & slot[bit] for match, slot in extras)).any())
         m.d.comb += [self.probe_hit.eq(hit), self.probe_slot.eq(hit_slot)]
 
         # Whether the occurrence may be taken: while there is room, always; when the chunk is
         # full, with registered_accept only if last cycle's comparison (of the same
         # occurrence: it was not taken, and no key changes while full) found its key.
+        output_free = ~self.o.valid | self.o.ready
         known = hit
-        if self._registered_accept:
-            room_left = Signal(init=1)   # count != capacity, as a register
-            compared, compared_hit = Signal(), Signal()
+        if registered:
+            # count != capacity and count + 1 != capacity, as registers: room for one more
+            # with or without the new row in `o`.
+            room_now = Signal(init=1)
+            room_after = Signal(init=int(self._capacity != 1))
+            room = Mux(held_new, room_after, room_now)
+            compared, compared_hit = Signal(), Signal(reset_less=True)
             m.d.sync += [compared.eq(self.i.valid & ~self.probe & ~room & ~self.clear
                                      & ~self.i.ready),
                          compared_hit.eq(hit)]
-            room = room_left
             known = compared & compared_hit
             # The occurrence compared last cycle is still the one offered (it was not taken)
-            # and no key has changed since, so its comparison still holds unless a probe
-            # takes the comparators now.
+            # and no key has changed since (a new row leaving `o` was one of the keys it was
+            # compared with), so its comparison still holds unless a probe takes the
+            # comparators now.
             m.d.comb += self.full.eq(compared & ~compared_hit & ~self.probe)
         else:
+            room = count != self._capacity
             m.d.comb += self.full.eq(self.i.valid & ~self.probe & ~hit & ~room)
-        output_free = ~self.o.valid | self.o.ready
-        insert = Signal()   # the occurrence takes the next free slot
+        insert = Signal()   # a new row takes slot `count`
         with m.If(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
-        with m.If(self.clear):
-            m.d.sync += count.eq(0)
-        with m.Elif(self.i.valid & ~self.probe & output_free & (known | room)):
+        with m.If(~self.clear & self.i.valid & ~self.probe & output_free & (known | room)):
             m.d.comb += self.i.ready.eq(1)
             m.d.sync += self.o.valid.eq(1)
-            with m.If(~hit):
-                m.d.comb += insert.eq(1)
-                m.d.sync += count.eq(count + 1)
-        if self._registered_accept:
-            with m.If(self.clear):
-                m.d.sync += room_left.eq(1)
-            with m.Elif(insert):
-                m.d.sync += room_left.eq(count + 1 != self._capacity)
+            if not registered:
+                m.d.comb += insert.eq(~hit)
+        if registered:
+            # A new row is counted, and its key written, as it leaves `o`: the comparisons
+            # reach registers' data only (the occurrence's, loaded whenever `o` is free), not
+            # the count's, the keys' or the room's enables.
+            m.d.comb += insert.eq(held_new & self.o.ready)
+        with m.If(self.clear):
+            m.d.sync += count.eq(0)
+            if registered:
+                m.d.sync += [room_now.eq(1), room_after.eq(self._capacity != 1)]
+        with m.Elif(insert):
+            m.d.sync += count.eq(count + 1)
+            if registered:
+                m.d.sync += [room_now.eq(count + 1 != self._capacity),
+                             room_after.eq(count + 2 != self._capacity)]
         # The output's payload loads whenever the output is free, taken or not (``o.valid``
         # says whether it holds one), so the key comparisons behind ``hit`` reach its data
         # only, not the enable of every bit.
         with m.If(output_free):
-            m.d.sync += [
-                self.o.payload.data.eq(self.i.payload.data),
-                self.o.payload.fresh.eq(~hit),
-                self.o.payload.slot.eq(Mux(hit, hit_slot, count)),
-            ]
+            m.d.sync += self.o.payload.data.eq(self.i.payload.data)
+            if registered:
+                m.d.sync += [held_hit.eq(hit), held_slot.eq(hit_slot), held_key.eq(wanted)]
+            else:
+                m.d.sync += [self.o.payload.fresh.eq(~hit),
+                             self.o.payload.slot.eq(Mux(hit, hit_slot, count))]
+        if registered:
+            # (`count` does not change while the occurrence waits in `o`.)
+            m.d.comb += [self.o.payload.fresh.eq(~held_hit),
+                         self.o.payload.slot.eq(Mux(held_hit, held_slot, count))]
         # One enable per key, not a switch over ``count`` in every key's process: that is
         # capacity x capacity cases in the netlist (1,024 slots: a million, more than
         # Verilator's memory holds).
-        if self._registered_accept:
-            # Loaded every cycle; `pending` says whether they hold a key taken.
-            m.d.sync += [pending.eq(insert), pending_key.eq(wanted), pending_slot.eq(count)]
-            write, written_key, written_slot = pending, pending_key, pending_slot
-        else:
-            write, written_key, written_slot = insert, wanted, count
+        written_key = held_key if registered else wanted
         for slot, key in enumerate(keys):
-            with m.If(write & (written_slot == slot)):
+            with m.If(insert & (count == slot)):
                 m.d.sync += key.eq(written_key)
 
         with m.Switch(self.key_slot):
             for slot, key in enumerate(keys):
                 with m.Case(slot):
                     m.d.comb += self.key.eq(key)
-        with m.If(pending & (pending_slot == self.key_slot)):
-            m.d.comb += self.key.eq(pending_key)
+        if registered:
+            with m.If(held_new & (count == self.key_slot)):
+                m.d.comb += self.key.eq(held_key)
         return m
