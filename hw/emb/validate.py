@@ -592,9 +592,12 @@ class IndexValidator(wiring.Component):
 
         line = self.lines.payload
         values = _lanes(line)
-        cursor_line = cursor[4:]
         low = cursor[:4]
-        line_end = Cat(Const(0, 4), cursor_line + 1)
+        # The line after the cursor's, a register kept as the cursor moves: the step's flags
+        # for the next line compare it with the table's end, with no adder on the cursor in
+        # front of the comparisons (a ULX3S build's paths into `segment_is_table`).
+        line_after = Signal(28, init=1)
+        line_end = Cat(Const(0, 4), line_after)
         # The segment is the rest of the cursor's line, or of its table if that ends sooner.
         # Offsets validated first mean cursor < table_end <= num_indices while the walk steps,
         # so two line-number equalities decide it, with no comparator in front of the lane
@@ -712,7 +715,7 @@ class IndexValidator(wiring.Component):
         with m.If(self.start):
             new_rows(self.tables[0].rows)
             m.d.sync += [
-                num_indices.eq(given_indices), cursor.eq(0), table.eq(0),
+                num_indices.eq(given_indices), cursor.eq(0), line_after.eq(1), table.eq(0),
                 *load_table_end(table_starts[1], given_indices, at=Const(0, 32)),
                 active.eq(given_indices != 0), self.lines_done.eq(0),
                 self.error.eq(ERROR_LAYOUT.const({})), self.checked.eq(0), judge.eq(0),
@@ -722,14 +725,15 @@ class IndexValidator(wiring.Component):
         with m.Elif(step):
             with m.If(self.lines.ready):
                 m.d.sync += self.lines_done.eq(self.lines_done + 1)
-            m.d.sync += cursor.eq(segment_end)
+            m.d.sync += [cursor.eq(segment_end),
+                         line_after.eq(Mux(segment_is_table, table_end[4:] + 1, line_after + 1))]
             with m.If(segment_is_table):
                 next_table()
                 with m.If(table_end_final):
                     m.d.sync += active.eq(0)
             with m.Else():
                 # On to the next line, still short of table_end (which is past this line).
-                m.d.sync += track(table_end, table_last_line, 0, (cursor_line + 1)[:28])
+                m.d.sync += track(table_end, table_last_line, 0, line_after)
 
         m.d.sync += [judged_bad.eq(bad), judged_line.eq(cursor[4:]), judged_table.eq(table),
                      judged_end.eq(segment_end)]
