@@ -37,11 +37,11 @@ def replicated_register(m, value, *, copies, name, domain="sync", reset_less=Fal
     timing as one register ``r.eq(value)``, for ``copies`` groups of consumers. Returns the
     list of registers, named ``<name>_replica_<k>``.
 
-    With ``reset_less`` the copies ignore a reset of ``domain`` (a ``ResetInserter``): they
-    hold ``value``'s old value for the cycle after one. For consumers that do not look then,
-    it keeps the reset out of the copies' inputs: Yosys makes it a LUT in front of each bit,
-    shared by all the copies, so their one net starts behind a LUT wherever the placer put it.
-    """
+    With ``reset_less`` the copies take no reset (the domain's, or a ``ResetInserter``'s): in
+    the cycle after a reset they hold ``value`` as it was in the reset's cycle. Yosys does not
+    fold a reset into a kept flip-flop (:data:`KEEP_REPLICAS_SCRIPT`), so a reset is a LUT of
+    its own in front of each copy, behind ``value``'s logic: without one, a copy loads
+    ``value``'s net itself."""
     _check_copies(copies)
     replicas = []
     for k in range(copies):
@@ -52,13 +52,16 @@ def replicated_register(m, value, *, copies, name, domain="sync", reset_less=Fal
     return replicas
 
 
-def lane_copies(m, next_value, current, *, copies, name, replicate, domain="sync"):
+def lane_copies(m, next_value, current, *, copies, name, replicate, domain="sync",
+                reset_less=False):
     """What the register ``current`` holds, once per consumer: with ``replicate``,
     ``copies`` registers loaded from ``next_value`` (what ``current`` holds one cycle later,
-    so every copy equals ``current``); without it, ``current`` itself ``copies`` times."""
+    so every copy equals ``current``; ``reset_less`` as for :func:`replicated_register`);
+    without it, ``current`` itself ``copies`` times."""
     _check_copies(copies)
     if replicate:
-        return replicated_register(m, next_value, copies=copies, name=name, domain=domain)
+        return replicated_register(m, next_value, copies=copies, name=name, domain=domain,
+                                   reset_less=reset_less)
     return [current] * copies
 
 

@@ -157,19 +157,25 @@ def registered_sliced_memory(m, *, width, depth, slices, write_enable, write_add
     written at the end of *t* + 1, from registers: the data's loads every cycle (no enable),
     the enable and address have a copy per slice. A read asked for in cycle *t*
     (``read_address``) answers in *t* + 1 on ``read_data``, read asynchronously at a registered
-    address (a copy per slice), so it sees every write asked for before *t*. Returns
-    ``(writing, read_data)``: the registered write enable (a write lands this cycle) and the
-    read data."""
+    address (a copy per slice), so it sees every write asked for before *t*. A reset drops a
+    write asked for in its cycle, not a read (whose address the caller's reset does not
+    change). Returns ``(writing, read_data)``: the registered write enable (a write lands this
+    cycle) and the read data."""
     # (No reset either: a reset would reach every bit, for nothing.)
     staged_data = Signal(width, name=f"{name}_write_data", reset_less=True)
     m.d.sync += staged_data.eq(write_data)  # no enable: the write enable says if it counts
     registers = {}
     for part, value in (("write_enable", write_enable), ("write_address", write_address),
                         ("read_address", read_address)):
-        register = Signal.like(value, name=f"{name}_{part}")
+        # The addresses take no reset either, like the data: a reset clears the write enable,
+        # and a read's address is the caller's. Yosys folds no reset into the kept copies, so
+        # a reset (the update engine's per-command `clear`) was a LUT of its own in front of
+        # each address's copies: behind the read pointer's logic, the fifth LUT level into the
+        # update router's row-line read address copies (13.4 ns in a ULX3S build).
+        register = Signal.like(value, name=f"{name}_{part}", reset_less=part != "write_enable")
         m.d.sync += register.eq(value)
         copies = lane_copies(m, value, register, name=register.name, copies=slices,
-                             replicate=slices > 1)
+                             replicate=slices > 1, reset_less=part != "write_enable")
         registers[part] = register, copies
     read_data = Signal(width, name=f"{name}_read_data")
     low = 0

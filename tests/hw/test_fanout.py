@@ -68,12 +68,17 @@ def test_copies_are_named_marked_and_load_together():
 
 
 @pytest.mark.parametrize("reset_less", [False, True], ids=["reset", "reset-less"])
-def test_reset_less_copies_ignore_a_reset(reset_less):
+@pytest.mark.parametrize("through", ["replicated_register", "lane_copies"])
+def test_reset_less_copies_ignore_a_reset(reset_less, through):
     """Under a ``ResetInserter`` the copies reset with the value by default; ``reset_less``
     ones load the value as it was before the reset, and follow it from the cycle after."""
     m = Module()
     value = Signal(4, init=0)
-    copies = replicated_register(m, value, copies=2, name="factor", reset_less=reset_less)
+    if through == "lane_copies":
+        copies = lane_copies(m, value, None, copies=2, name="factor", replicate=True,
+                             reset_less=reset_less)
+    else:
+        copies = replicated_register(m, value, copies=2, name="factor", reset_less=reset_less)
     m.d.sync += value.eq(value + 3)
     reset = Signal()
     dut = ResetInserter(reset)(m)

@@ -6,6 +6,7 @@ import re
 
 import pytest
 from amaranth.back import rtlil
+from amaranth.hdl import Module, ResetInserter, Signal
 from amaranth.sim import Simulator
 
 from hw.emb.update_reads import ReadRouter
@@ -14,13 +15,18 @@ from hw.mem.line_writer import LineWriter
 from hw.mem.sliced_fifo import SlicedFIFO
 
 
-def run_random_traffic(dut, *, cycles, write_rate, read_rate, seed):
+def run_random_traffic(dut, *, cycles, write_rate, read_rate, seed, reset_rate=0.0):
     """Random writes and reads, checked every cycle against a model of the queue: ``level``
     counts the entries written before this cycle, ``r_rdy`` the ones written at least
-    ``latency`` cycles ago. Returns the number of entries read."""
+    ``latency`` cycles ago. With ``reset_rate`` the FIFO is also reset at random (through a
+    ``ResetInserter``, as the engines clear theirs): it then drops that cycle's write and read
+    and starts empty. Returns the number of entries read."""
     rng = random.Random(seed)
     queue = []  # (cycle written, data)
     read = []
+    reset = Signal()
+    top = Module()
+    top.submodules.fifo = ResetInserter(reset)(dut)
 
     async def testbench(ctx):
         for cycle in range(cycles):
@@ -30,6 +36,8 @@ def run_random_traffic(dut, *, cycles, write_rate, read_rate, seed):
             ctx.set(dut.w_en, w_en)
             ctx.set(dut.w_data, w_data)
             ctx.set(dut.r_en, r_en)
+            resetting = rng.random() < reset_rate
+            ctx.set(reset, resetting)
             readable = [entry for entry in queue if entry[0] <= cycle - dut.latency]
             where = f"cycle {cycle}, seed {seed}"
             assert ctx.get(dut.level) == len(queue), where
@@ -37,13 +45,16 @@ def run_random_traffic(dut, *, cycles, write_rate, read_rate, seed):
             assert ctx.get(dut.r_rdy) == bool(readable), where
             if readable:
                 assert ctx.get(dut.r_data) == readable[0][1], where
-            if r_en and readable:
-                read.append(queue.pop(0)[1])
-            if w_en and ctx.get(dut.w_rdy):
-                queue.append((cycle, w_data))
+            if resetting:
+                queue.clear()
+            else:
+                if r_en and readable:
+                    read.append(queue.pop(0)[1])
+                if w_en and ctx.get(dut.w_rdy):
+                    queue.append((cycle, w_data))
             await ctx.tick()
 
-    sim = Simulator(dut)
+    sim = Simulator(top)
     sim.add_clock(1e-6)
     sim.add_testbench(testbench)
     sim.run()
@@ -57,6 +68,18 @@ def test_fifo_keeps_order_level_and_latency_under_random_traffic(depth, slices):
         dut = SlicedFIFO(width=19, depth=depth, slices=slices)
         assert run_random_traffic(dut, cycles=400, write_rate=write_rate,
                                   read_rate=read_rate, seed=seed) > 40
+
+
+@pytest.mark.parametrize("depth", [1, 2, 4, 5])
+@pytest.mark.parametrize("slices", [1, 4])
+def test_fifo_starts_empty_after_a_reset_under_random_traffic(depth, slices):
+    """A reset (the update engine's per-command `clear`) drops what the FIFO holds and that
+    cycle's write and read, while entries are on their way to the memories: the addresses'
+    registers, which take no reset, must not bring back an old entry or slot."""
+    for seed, (write_rate, read_rate) in enumerate([(0.9, 0.3), (0.6, 0.6), (0.3, 0.95)]):
+        dut = SlicedFIFO(width=19, depth=depth, slices=slices)
+        assert run_random_traffic(dut, cycles=600, write_rate=write_rate, read_rate=read_rate,
+                                  seed=seed, reset_rate=0.08) > 30
 
 
 @pytest.mark.parametrize("depth", [3, 4, 8])
