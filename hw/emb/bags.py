@@ -52,13 +52,16 @@ class BagSequencer(wiring.Component):
     pass at once with ``scale`` 0 (unused). Both are bit-exact with ``float32(1) / L``.
 
     With ``registered_descriptor`` a bag's offsets and fields go into a register stage of their
-    own (E), and its descriptor goes on from there a cycle later: the offset word's 16-way
-    choice in its line then ends at flip-flops, not at the subtraction of its length and the
-    queue (or divider) behind it, and each group of the word's bits is chosen by a copy of the
-    select of its own; and whether an entry is validated, and the walk's last, come from
-    registers. It costs a cycle of latency (and one more where the walk waits for the
-    validator), not throughput. The sequential divider then finds a length's highest bit a
-    cycle before shifting by it (a cycle more per MEAN bag).
+    own (E), and its descriptor goes on from there a cycle later, not at the subtraction of
+    its length and the queue (or divider) behind it; the entries are fetched out of the lines
+    (once validated) into a queue of two words a cycle ahead of the walk, so the offset
+    word's 16-way choice in its line ends at that queue's flip-flops, enabled by registers,
+    and neither the line stream's ``ready`` nor the word's select waits for the walk's take;
+    each group of the word's bits is chosen by a copy of the select of its own; and whether
+    an entry is validated, and the walk's last, come from registers. It costs two cycles of
+    latency (and one more where the walk waits for the validator), not throughput. The
+    sequential divider then finds a length's highest bit a cycle before shifting by it (a
+    cycle more per MEAN bag).
 
     ``reciprocal_steps_per_cycle`` (a divisor of 24, default 2) is how many quotient bits the
     sequential divider finds a cycle: 1 puts one 25-bit compare-and-subtract between its
@@ -139,12 +142,37 @@ class BagSequencer(wiring.Component):
         last_bag = Signal()           # bag + 1 == bags
         in_flight = Signal(range(self._fifo_depth + 1))
 
-        # The offset word's 16-way choice in its line: with ``registered_descriptor`` each
-        # group of its bits has a copy of the select of its own.
         take = Signal()
-        next_word = Mux(self.start, 0, Mux(take, (entry + 1)[:4], entry[:4]))
-        value = word_of_line(m, self.lines.payload, next_word, entry[:4], name="word_select",
-                             replicate=self._registered_descriptor)
+        value = Signal(32)            # offsets[entry] (when an entry is there to take)
+        if self._registered_descriptor:
+            # The entries are fetched out of the lines into a queue of two words ahead of the
+            # walk, by registers of their own (`fetch_entry`): the offset word's 16-way choice
+            # (behind the line's 3-way slot choice in the prefetch) then ends at the queue's
+            # flip-flops, enabled by registers, not at stage E or `previous` behind `take`;
+            # and neither the line stream's ready (the prefetch's pointer copies) nor the
+            # word's select copies wait for `take`. An entry is fetched only once validated
+            # (so the queue holds no word it may not use), and the walk takes from the queue:
+            # a cycle of latency, not throughput.
+            fetch_entry = Signal(32)
+            fetched = Signal()
+            fetch = Signal()
+            words = [Signal(32, name=f"word_{k}") for k in range(2)]
+            words_held = Signal(range(3))
+            word_in = Signal()       # the queued word written next
+            word_out = Signal()      # the queued word taken next
+            # Each group of the word's bits has a copy of the select of its own.
+            next_word = Mux(self.start, 0, Mux(fetch, (fetch_entry + 1)[:4], fetch_entry[:4]))
+            word = word_of_line(m, self.lines.payload, next_word, fetch_entry[:4],
+                                name="word_select", replicate=True)
+            m.d.comb += value.eq(Mux(word_out, words[1], words[0]))
+            for k, held in enumerate(words):
+                with m.If(fetch & (word_in == k)):
+                    m.d.sync += held.eq(word)
+        else:
+            # The offset word's 16-way choice in its line, at the entry taken.
+            next_word = Mux(self.start, 0, Mux(take, (entry + 1)[:4], entry[:4]))
+            m.d.comb += value.eq(word_of_line(m, self.lines.payload, next_word, entry[:4],
+                                              name="word_select", replicate=False))
 
         # Stage E holds a formed descriptor (with ``registered_descriptor``); ``accept`` says
         # the divider side takes one this cycle: one MEAN bag at a time with the sequential
@@ -179,21 +207,21 @@ class BagSequencer(wiring.Component):
         else:
             room = (queue.level + in_flight < self._fifo_depth) & accept
         # Whether the entry held is validated, and the walk's last. With
-        # ``registered_descriptor`` both come from registers, so the line stream's ready does
-        # not wait for two 32-bit comparisons: each is made for the entry held and the one
-        # after it, and the next cycle picks by whether the walk took one. ``limit`` only
-        # grows during a walk, so last cycle's is a safe bound (an entry is taken a cycle
-        # late at worst). The cycle after ``start`` takes nothing: its comparisons were of
-        # the walk before.
+        # ``registered_descriptor`` both come from registers, so neither the fetch nor the
+        # walk waits for a 32-bit comparison: each is made for the entry held (fetched next,
+        # or taken next) and the one after it, and the next cycle picks by whether one was
+        # fetched (taken). ``limit`` only grows during a walk, so last cycle's is a safe
+        # bound (an entry is fetched a cycle late at worst). The cycle after ``start``
+        # fetches nothing: its comparisons were of the walk before.
         validated = Signal()
         last_entry = Signal()
-        # Whether taking the entry also frees its line (the line's last word, or the walk's
-        # last entry).
+        # Whether taking (fetching) the entry also frees its line (the line's last word, or
+        # the walk's last entry).
         frees_line = Signal()
         if self._registered_descriptor:
-            # (`start` clears the validations: the cycle after it takes nothing.) Whether
+            # (`start` clears the validations: the cycle after it fetches nothing.) Whether
             # the entry is validated and frees its line is a register of its own, so the
-            # line stream's ready is `take`'s logic, not behind it (in front of the offsets
+            # line stream's ready is the fetch's logic, not behind it (in front of the offsets
             # prefetch's pointer copies on a ULX3S build).
             took = Signal()
             validated_held, validated_next = Signal(), Signal()
@@ -201,24 +229,43 @@ class BagSequencer(wiring.Component):
             frees_held, frees_next = Signal(), Signal()
             m.d.sync += [
                 took.eq(take),
-                validated_held.eq(~self.start & (entry < self.limit)),
-                validated_next.eq(~self.start & (entry + 1 < self.limit)),
+                fetched.eq(fetch),
+                validated_held.eq(~self.start & (fetch_entry < self.limit)),
+                validated_next.eq(~self.start & (fetch_entry + 1 < self.limit)),
                 last_held.eq(entry + 1 == entries), last_next.eq(entry + 2 == entries),
-                frees_held.eq(~self.start & (entry < self.limit) &
-                              ((entry[:4] == LANES - 1) | (entry + 1 == entries))),
-                frees_next.eq(~self.start & (entry + 1 < self.limit) &
-                              ((entry[:4] == LANES - 2) | (entry + 2 == entries))),
+                frees_held.eq(~self.start & (fetch_entry < self.limit) &
+                              ((fetch_entry[:4] == LANES - 1) | (fetch_entry + 1 == entries))),
+                frees_next.eq(~self.start & (fetch_entry + 1 < self.limit) &
+                              ((fetch_entry[:4] == LANES - 2) | (fetch_entry + 2 == entries))),
             ]
-            m.d.comb += [validated.eq(Mux(took, validated_next, validated_held)),
+            m.d.comb += [validated.eq(Mux(fetched, validated_next, validated_held)),
                          last_entry.eq(Mux(took, last_next, last_held)),
-                         frees_line.eq(Mux(took, frees_next, frees_held))]
+                         frees_line.eq(Mux(fetched, frees_next, frees_held))]
+            # The walk takes from the queue (every word in it validated); the fetch fills it
+            # when it has room without this cycle's take, so the queue's level, not `take`,
+            # decides it (two words keep a take every cycle).
+            fetches = active & self.lines.valid & (words_held != 2)
+            m.d.comb += [
+                fetch.eq(fetches & validated),
+                take.eq(active & (words_held != 0) & room),
+                self.lines.ready.eq(fetches & frees_line),
+            ]
+            with m.If(self.start):
+                m.d.sync += [fetch_entry.eq(0), words_held.eq(0), word_in.eq(0),
+                             word_out.eq(0)]
+            with m.Else():
+                m.d.sync += words_held.eq(words_held + fetch - take)
+                with m.If(fetch):
+                    m.d.sync += [fetch_entry.eq(fetch_entry + 1), word_in.eq(~word_in)]
+                with m.If(take):
+                    m.d.sync += word_out.eq(~word_out)
         else:
             m.d.comb += [validated.eq(entry < self.limit), last_entry.eq(entry + 1 == entries),
                          frees_line.eq(validated & ((entry[:4] == LANES - 1) | last_entry))]
-        takes = active & self.lines.valid & room
+            takes = active & self.lines.valid & room
+            m.d.comb += [take.eq(takes & validated),
+                         self.lines.ready.eq(takes & frees_line)]
         m.d.comb += [
-            take.eq(takes & validated),
-            self.lines.ready.eq(takes & frees_line),
             self.freed.eq(entry >> 4),
             self.done.eq(~active & (in_flight == 0) & (queue.level == 0) & ~e_valid),
         ]

@@ -192,10 +192,11 @@ def test_sequencer_waits_at_every_entry_of_a_line(registered_descriptor):
 
 
 @pytest.mark.parametrize("registered_descriptor", [False, True], ids=["formed", "registered"])
-@pytest.mark.parametrize("abandoned_cycles", [3, 9])
+@pytest.mark.parametrize("abandoned_cycles", [3, 9, 40])
 def test_sequencer_starts_over_an_abandoned_walk(registered_descriptor, abandoned_cycles):
     """A walk started over one mid-way (every entry validated, the queue full) reads none of
-    the new walk's entries before they are validated."""
+    the new walk's entries before they are validated: over one still taking entries, and over
+    one that has stopped (40 cycles: the registered sequencer's fetch waits too)."""
     draw = random.Random(abandoned_cycles)
     bags = 9
     lengths = [draw.choice([0, 1, 2, 3, 7]) for _ in range(bags * len(TABLES))]
