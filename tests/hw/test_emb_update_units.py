@@ -1108,3 +1108,50 @@ def test_row_fetch_asks_a_line_per_cycle_across_rows():
     assert [address for _, address in asked] == [address for *_, address in expected]
     cycles = [cycle for cycle, _ in asked]
     assert cycles[-1] - cycles[0] == len(cycles) - 1, cycles
+
+
+@pytest.mark.parametrize("line_width", [2, 3])
+def test_row_fetch_first_line_wraps_as_the_product_does(line_width):
+    """A row's first line is ``(base >> 6) + row * lines`` in the line address's width, for every
+    line count a table may have and rows far past it (the sum wraps): the shifted copies of the
+    row (one term per bit of the line count, an odd or an even number of terms with the base)
+    add up to the product."""
+    addr_width = 14
+    line_mask = (1 << (addr_width - 6)) - 1
+    rng = random.Random(line_width)
+    line_counts = range(1, 1 << line_width)
+    tables = [{"base": rng.randrange(1 << addr_width) & ~63, "rows": 1 << 20, "dim": 16 * lines,
+               "mode": 0} for lines in line_counts]
+    keys = [(table, rng.choice([0, 1, rng.randrange(1 << 32), (1 << 32) - 1]))
+            for table in range(len(tables)) for _ in range(3)]
+    fetch = RowFetch(capacity=len(keys), max_tables=len(tables),
+                     table_width=(len(tables) - 1).bit_length(), line_width=line_width,
+                     addr_width=addr_width, context_depth=8)
+    m = Module()
+    m.submodules.fetch = fetch
+    with m.Switch(fetch.key_slot):
+        for slot, (table, row) in enumerate(keys):
+            with m.Case(slot):
+                m.d.comb += [fetch.key.table.eq(table), fetch.key.row.eq(row)]
+    descriptors = data.ArrayLayout(table_layout(addr_width), len(tables)).const(tables)
+    expected = [((tables[table]["base"] >> 6) + row * (tables[table]["dim"] >> 4) + line)
+                & line_mask
+                for table, row in keys for line in range(tables[table]["dim"] >> 4)]
+    asked = []
+
+    async def bench(ctx):
+        ctx.set(fetch.descriptors, descriptors)
+        ctx.set(fetch.request.ready, 1)
+        ctx.set(fetch.context.ready, 1)
+        ctx.set(fetch.count, len(keys))
+        ctx.set(fetch.start, 1)
+        await ctx.tick()
+        ctx.set(fetch.start, 0)
+        while len(asked) < len(expected) or ctx.get(fetch.busy):
+            _, _, request_valid, request = await ctx.tick().sample(
+                fetch.request.valid, fetch.request.payload)
+            if request_valid:
+                asked.append(request)
+
+    simulate(m, bench, deadline=2000)
+    assert asked == expected
