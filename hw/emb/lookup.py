@@ -149,7 +149,9 @@ class LookupEngine(wiring.Component):
         ahead, a step every other cycle, still twice the bag sequencer's rate
         (:class:`~hw.emb.validate.OffsetsValidator`, ``registered_window``,
         ``decide_ahead``); with folded lanes the pooler's hazard check is a register
-        (:mod:`hw.emb.pool`, ``registered_hazard``). Needs a multiplier of at least two
+        (:mod:`hw.emb.pool`, ``registered_hazard``); and the command checker's verdict on
+        each item is a register (:class:`~hw.emb.checks.CommandChecker`,
+        ``registered_verdicts``, a cycle per command). Needs a multiplier of at least two
         stages. Default False.
     lane_fold : int
         Cycles a line takes through the pooler's multiplier and adder, folded
@@ -297,7 +299,8 @@ class LookupEngine(wiring.Component):
 
         m.submodules.checker = checker = CommandChecker(
             max_tables=self._max_tables, max_dim=self._max_dim,
-            num_regions=self._num_regions, addr_width=aw)
+            num_regions=self._num_regions, addr_width=aw,
+            registered_verdicts=self._fpga_pipelining)
         # With fpga_pipelining each window's read request comes from flip-flops: its room
         # check was in front of the read-address priority, the reorder buffer's `ready` and
         # the issuer's row queue (the lookup's longest path on the ULX3S).

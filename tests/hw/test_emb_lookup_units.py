@@ -740,11 +740,13 @@ def test_index_validator_rejects_non_bool_replicated_rows():
 
 # ------------------------------------------------------------------------- checker
 
-def run_checker(jobs):
-    """Check each (command, tables, regions) in one simulation; return (error, table) each."""
+def run_checker(jobs, *, registered_verdicts=False, cycles=None):
+    """Check each (command, tables, regions) in one simulation; return (error, table) each
+    (and append each check's cycles from ``start`` to ``done`` to ``cycles``)."""
     from hw.emb.layouts import region_layout
 
-    dut = CommandChecker(max_tables=4, max_dim=128, num_regions=2, addr_width=32)
+    dut = CommandChecker(max_tables=4, max_dim=128, num_regions=2, addr_width=32,
+                         registered_verdicts=registered_verdicts)
     results = []
 
     async def testbench(ctx):
@@ -756,14 +758,24 @@ def run_checker(jobs):
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            await ctx.tick().until(dut.done)
+            taken = 1
+            while not ctx.get(dut.done):
+                await ctx.tick()
+                taken += 1
             results.append((ctx.get(dut.error), ctx.get(dut.table)))
+            if cycles is not None:
+                cycles.append(taken)
 
     simulate(dut, testbench)
     return results
 
 
-def test_checker_order_and_zero_length_buffers():
+VERDICTS = pytest.mark.parametrize("registered_verdicts", [False, True],
+                                   ids=["judged", "registered-verdicts"])
+
+
+@VERDICTS
+def test_checker_order_and_zero_length_buffers(registered_verdicts):
     regions = [{"base": 0x1000, "size": 0x10000, "enable": 1}, {}]
     tables = [{"base": 0x1000, "rows": 4, "dim": 16, "mode": PoolingMode.SUM},
               {"base": 0x2000, "rows": 4, "dim": 32, "mode": PoolingMode.SUM}]
@@ -798,13 +810,15 @@ def test_checker_order_and_zero_length_buffers():
         (dict(command, num_indices=17, indices=0x11000 - 64), tables,
          (ErrorCode.ADDRESS_OUT_OF_REGION, 0)),
     ]
-    results = run_checker([(c, t, regions) for c, t, _ in cases])
+    results = run_checker([(c, t, regions) for c, t, _ in cases],
+                          registered_verdicts=registered_verdicts)
     assert results == [expected for _, _, expected in cases]
 
 
 
+@VERDICTS
 @pytest.mark.parametrize("dim", [32, 128])
-def test_checker_table_extent_counts_dim_over_16_lines_a_row(dim):
+def test_checker_table_extent_counts_dim_over_16_lines_a_row(dim, registered_verdicts):
     """A table of ``dim / 16`` lines a row that ends exactly at its region's end is inside;
     one line further and it is out."""
     regions = [{"base": 0x1000, "size": 0x10000, "enable": 1}, {}]
@@ -818,10 +832,13 @@ def test_checker_table_extent_counts_dim_over_16_lines_a_row(dim):
         ([first, {"base": 0x11000 - table_bytes + 64, "rows": 5, "dim": dim,
                   "mode": PoolingMode.SUM}], (ErrorCode.ADDRESS_OUT_OF_REGION, 1)),
     ]
-    results = run_checker([(command, tables, regions) for tables, _ in cases])
+    results = run_checker([(command, tables, regions) for tables, _ in cases],
+                          registered_verdicts=registered_verdicts)
     assert results == [expected for _, expected in cases]
 
-def test_checker_judges_the_first_table_as_it_is_at_start():
+
+@VERDICTS
+def test_checker_judges_the_first_table_as_it_is_at_start(registered_verdicts):
     """The tables may change with ``start``: the first table's extent (registered, from
     registered factors) is the one the command came with, not the previous command's."""
     regions = [{"base": 0x1000, "size": 0x10000, "enable": 1}, {}]
@@ -831,8 +848,40 @@ def test_checker_judges_the_first_table_as_it_is_at_start():
     huge = [dict(small[0], rows=0x10000)]
     cases = [(small, (ErrorCode.NONE, 0)), (huge, (ErrorCode.ADDRESS_OUT_OF_REGION, 0)),
              (small, (ErrorCode.NONE, 0))]
-    results = run_checker([(command, tables, regions) for tables, _ in cases])
+    results = run_checker([(command, tables, regions) for tables, _ in cases],
+                          registered_verdicts=registered_verdicts)
     assert results == [expected for _, expected in cases]
+
+
+def test_checker_registered_verdicts_cost_one_cycle_a_command():
+    """A registered verdict is acted on as the next item is selected: the same errors, each
+    check a cycle longer, whether it passes or stops at the first or the last item."""
+    regions = [{"base": 0x1000, "size": 0x10000, "enable": 1}, {}]
+    tables = [{"base": 0x1000, "rows": 4, "dim": 16, "mode": PoolingMode.SUM},
+              {"base": 0x2000, "rows": 4, "dim": 32, "mode": PoolingMode.SUM}]
+    command = {"opcode": Opcode.LOOKUP, "bags": 2, "tables": 2, "num_indices": 3,
+               "indices": 0x3000, "offsets": 0x4000, "weights": 0, "output": 0x5000}
+    jobs = [(command, tables, regions),
+            (command, [dict(tables[0], dim=20), tables[1]], regions),
+            (dict(command, output=0x10FC0), tables, regions),
+            (dict(command, tables=0), tables, regions)]
+    cycles = {}
+    results = {}
+    for registered in (False, True):
+        cycles[registered] = []
+        results[registered] = run_checker(jobs, registered_verdicts=registered,
+                                          cycles=cycles[registered])
+    assert results[True] == results[False] == [
+        (ErrorCode.NONE, 0), (ErrorCode.BAD_DIMENSION, 0),
+        (ErrorCode.ADDRESS_OUT_OF_REGION, 0), (ErrorCode.BAD_TABLE_COUNT, 0)]
+    # (The table count is checked before any item: no verdict to register.)
+    assert [r - j for r, j in zip(cycles[True], cycles[False], strict=True)] == [1, 1, 1, 0]
+
+
+def test_checker_rejects_non_bool_registered_verdicts():
+    with pytest.raises(TypeError, match=r"^Registered verdicts must be True or False, not 1$"):
+        CommandChecker(max_tables=4, max_dim=128, num_regions=2, addr_width=32,
+                       registered_verdicts=1)
 
 
 # ---------------------------------------------------------------------------- writer
