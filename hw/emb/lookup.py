@@ -632,8 +632,9 @@ class LookupEngine(wiring.Component):
         for window in windows.values():
             m.d.comb += window.stop.eq(aborting)
 
-        finished = finished_now = (offsets_validator.done & index_validator.done & bags.done
-                                   & issuer.idle & requests_idle & all_quiet)
+        units_done = (offsets_validator.done & index_validator.done & bags.done
+                      & issuer.idle & requests_idle)
+        finished = units_done & all_quiet
         quiet = all_quiet
         if self._fpga_pipelining:
             # Gather's end and Abort's wait for quiet follow registers: `finished` and
@@ -641,9 +642,12 @@ class LookupEngine(wiring.Component):
             # either, so what was done stays done; Gather's first cycle does not look at the
             # state before it). The control state's enables then wait for flip-flops, not for
             # every unit's idle and done (a ULX3S build's paths into the state register). A
-            # cycle more per command.
-            finished_then, quiet_then = Signal(), Signal()
-            finished, quiet = finished_then, quiet_then
+            # cycle more per command. `finished` is the AND of two of them, the units' done
+            # (in Gather) and `quiet_then`, so the quiet test's wide AND is in front of one
+            # register only (both into one were a 12.6 ns path in a ULX3S build).
+            units_done_then = Signal()
+            quiet_then = Signal()
+            finished, quiet = units_done_then & quiet_then, quiet_then
         with m.FSM(name="control") as fsm:
             with m.State("Idle"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -758,7 +762,7 @@ class LookupEngine(wiring.Component):
 
         if self._fpga_pipelining:
             m.d.sync += [
-                finished_then.eq(fsm.ongoing("Gather") & finished_now),
+                units_done_then.eq(fsm.ongoing("Gather") & units_done),
                 quiet_then.eq(all_quiet),  # (read after Abort's first cycle, which records)
             ]
 
