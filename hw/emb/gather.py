@@ -159,7 +159,11 @@ class GatherIssuer(wiring.Component):
         mean = per_slot("mean", 1)
         position = per_slot("position", 32)
         last_row = per_slot("last_row", 1)  # position + 1 == end, kept as a register
-        end = per_slot("end", 32)
+        # end - 2, where the row before the last is: the next `last_row` is an equality of
+        # two registers, not `position + 2 == end` (a carry chain in front of the equality
+        # was a ULX3S build's 12.5 ns path into `last_row`). `position` never passes the
+        # end, so the equality holds exactly where `position + 2 == end` does.
+        before_last = per_slot("before_last", 32)
         table = per_slot("table", 8)
         bag = per_slot("bag", 16)
         out_line = per_slot("out_line", law)
@@ -423,7 +427,7 @@ class GatherIssuer(wiring.Component):
             with m.If(self.start):
                 m.d.sync += active[s].eq(0)
             with m.Elif(chosen_now[s]):
-                m.d.sync += last_row[s].eq(position[s] + 2 == end[s])
+                m.d.sync += last_row[s].eq(position[s] == before_last[s])
                 with m.If(final[s] | (last_row[s] & ~mean[s])):
                     m.d.sync += active[s].eq(0)
                 with m.Elif(last_row[s]):
@@ -446,7 +450,7 @@ class GatherIssuer(wiring.Component):
                     empty_bag[s].eq(no_rows),
                     weighted[s].eq(loaded_weighted),
                     mean[s].eq(mode == PoolingMode.MEAN),
-                    end[s].eq(descriptor.start + descriptor.length),
+                    before_last[s].eq(descriptor.start + descriptor.length - 2),
                     table[s].eq(descriptor.table),
                     bag[s].eq(descriptor.bag),
                     out_line[s].eq(descriptor.out_line),
