@@ -183,15 +183,24 @@ class CommandChecker(wiring.Component):
         # With registered verdicts: the verdict of the item last judged, waiting to be acted
         # on (`pending`) as the next item is selected.
         judged = Signal(ErrorCode)
+        judged_bad = Signal()    # judged != NONE
         judged_table = Signal.like(self.table)
         pending = Signal()
+        count_bad = (count == 0) | (count > max_tables)
+        if self._registered:
+            # The table count's check from a register too (the command holds still from
+            # `start`, and the count is judged the cycle after), so that `active` and the
+            # item counter follow flip-flops and the item's decode alone.
+            count_bad_then = Signal()
+            m.d.sync += count_bad_then.eq(count_bad)
+            count_bad = count_bad_then
 
         m.d.comb += self.done.eq(~active)
         with m.If(self.start):
             m.d.sync += [item.eq(0), judging.eq(0), active.eq(1), pending.eq(0),
                          self.error.eq(ErrorCode.NONE), self.table.eq(0)]
         with m.Elif(active & (item == 0)):
-            with m.If((count == 0) | (count > max_tables)):
+            with m.If(count_bad):
                 m.d.sync += [self.error.eq(ErrorCode.BAD_TABLE_COUNT), active.eq(0)]
             with m.Else():
                 m.d.sync += item.eq(1)
@@ -203,7 +212,7 @@ class CommandChecker(wiring.Component):
             if self._registered:
                 # ... and the item before is acted on from its registered verdict: the item
                 # counter has passed it (`item == items` once the last was judged).
-                with m.If(pending & (judged != ErrorCode.NONE)):
+                with m.If(pending & judged_bad):
                     m.d.sync += [self.error.eq(judged), self.table.eq(judged_table),
                                  active.eq(0)]
                 with m.Elif(item == items):
@@ -211,7 +220,8 @@ class CommandChecker(wiring.Component):
         with m.Elif(active):
             m.d.sync += judging.eq(0)
             if self._registered:
-                m.d.sync += [judged.eq(verdict), judged_table.eq(verdict_table),
+                m.d.sync += [judged.eq(verdict), judged_bad.eq(verdict != ErrorCode.NONE),
+                             judged_table.eq(verdict_table),
                              pending.eq(1), item.eq(item + 1)]
             else:
                 with m.If(verdict != ErrorCode.NONE):
