@@ -372,7 +372,9 @@ class WordReader(wiring.Component):
         The words, little-endian within each line. With ``registered_output`` through a
         :class:`~hw.skid.SkidBuffer`: the first word leaves a cycle after its line arrives,
         then one per cycle, and ``o.ready`` reaches only the buffer's register; and its line
-        requests pass one too (:class:`LineRequester`'s ``registered_request``).
+        requests pass one too (:class:`LineRequester`'s ``registered_request``). The
+        consumer then takes no word in the cycle of ``start`` (what ``o`` shows then is the
+        old read's).
     """
 
     def __init__(self, *, line_address_width, registered_output=False):
@@ -422,17 +424,21 @@ class WordReader(wiring.Component):
         next_lane = Mux(self.start, self.first, Mux(take, (lane + 1)[:4], lane))
         word = word_of_line(m, self.lines.payload, next_lane, lane, name="lane",
                             replicate=self._registered_output)
+        if self._registered_output:
+            # The consumer's decision on a word (a comparison that drives its ready) then
+            # starts from flip-flops, not from a 16-way word choice behind the counter, and
+            # its ready stops at the skid buffer's register (a word may wait there while the
+            # next is taken): emptied by ``start``, as the old read is dropped. Its output
+            # is not held off in the cycle of ``start`` (the consumer takes nothing then):
+            # ``start`` stays out of the consumer's valid, word and ready (a ULX3S build's
+            # paths from the walk's launch through the indices into the walker's state).
+            output = m.submodules.output = ResetInserter(self.start)(SkidBuffer(shape=32))
+            wiring.connect(m, output.o, wiring.flipped(self.o))
         with m.If(~self.start):
             available = self.lines.valid & ~none_left
             if self._registered_output:
-                # The consumer's decision on a word (a comparison that drives its ready) then
-                # starts from flip-flops, not from a 16-way word choice behind the counter,
-                # and its ready stops at the skid buffer's register (a word may wait there
-                # while the next is taken): emptied by ``start``, as the old read is dropped.
-                output = m.submodules.output = ResetInserter(self.start)(SkidBuffer(shape=32))
                 m.d.comb += [output.i.valid.eq(available), output.i.payload.eq(word),
                              take.eq(available & output.i.ready)]
-                wiring.connect(m, output.o, wiring.flipped(self.o))
             else:
                 m.d.comb += [self.o.valid.eq(available), self.o.payload.eq(word),
                              take.eq(available & self.o.ready)]
