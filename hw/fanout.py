@@ -92,13 +92,14 @@ def _check_copies(copies):
         raise ValueError(f"Replica count must be a positive integer, not {copies!r}")
 
 
-def word_of_line(m, line, next_select, select, *, name, replicate, width=32):
+def word_of_line(m, line, next_select, select, *, name, replicate, width=32,
+                 reset_less=False):
     """The ``width``-bit word ``select`` of ``line``. With ``replicate`` each group of its
     bits is chosen by a copy of the select of its own (:func:`lane_copies`, loaded from
-    ``next_select``), so that one register does not spread over every bit's multiplexer
-    (a 16-way choice of a 512-bit line is 32 of them)."""
+    ``next_select``; ``reset_less`` as there), so that one register does not spread over
+    every bit's multiplexer (a 16-way choice of a 512-bit line is 32 of them)."""
     selects = lane_copies(m, next_select, select, copies=WORD_SELECT_COPIES, name=name,
-                          replicate=replicate)
+                          replicate=replicate, reset_less=reset_less)
     bits = width // WORD_SELECT_COPIES
     word = Signal(width, name=f"{name}_word")
     for copy, chosen in enumerate(selects):

@@ -422,8 +422,11 @@ class WordReader(wiring.Component):
         # With ``registered_output`` each group of the word's bits is chosen by a copy of the
         # lane of its own.
         next_lane = Mux(self.start, self.first, Mux(take, (lane + 1)[:4], lane))
+        # (The lane's copies take no reset: a reset leaves no word to deliver, and `start`
+        # loads them with `first`. The engine's per-command clear was otherwise a LUT of
+        # its own in front of every copy, the last level of the paths into them.)
         word = word_of_line(m, self.lines.payload, next_lane, lane, name="lane",
-                            replicate=self._registered_output)
+                            replicate=self._registered_output, reset_less=True)
         if self._registered_output:
             # The consumer's decision on a word (a comparison that drives its ready) then
             # starts from flip-flops, not from a 16-way word choice behind the counter, and

@@ -99,6 +99,35 @@ def test_reset_less_copies_ignore_a_reset(reset_less, through):
     sim.run()
 
 
+@pytest.mark.parametrize("reset_less", [False, True], ids=["reset", "reset-less"])
+def test_word_of_line_select_copies_ignore_a_reset_when_reset_less(reset_less):
+    """Under a ``ResetInserter`` the select's copies clear with a reset by default, and with
+    ``reset_less`` keep choosing the word the select was to move to."""
+    m = Module()
+    line, select, next_select = Signal(512), Signal(4), Signal(4)
+    m.d.sync += select.eq(next_select)
+    word = word_of_line(m, line, next_select, select, name="w", replicate=True,
+                        reset_less=reset_less)
+    reset = Signal()
+    dut = ResetInserter(reset)(m)
+
+    async def testbench(ctx):
+        ctx.set(line, sum((k * 0x1111_1111) << (32 * k) for k in range(16)))
+        ctx.set(next_select, 5)
+        await ctx.tick()
+        assert ctx.get(word) == 5 * 0x1111_1111
+        ctx.set(next_select, 9)
+        ctx.set(reset, 1)
+        await ctx.tick()
+        assert ctx.get(select) == 0
+        assert ctx.get(word) == (9 * 0x1111_1111 if reset_less else 0)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+
+
 @pytest.mark.parametrize("replicate", [False, True])
 def test_word_of_line_chooses_the_selected_word(replicate):
     """Each word of a line, chosen by a select that moves every cycle (the copies follow the
