@@ -65,22 +65,24 @@ def lane_copies(m, next_value, current, *, copies, name, replicate, domain="sync
     return [current] * copies
 
 
-def staged_copies(m, value, *, copies, groups, name, domain="sync"):
+def staged_copies(m, value, *, copies, groups, name, domain="sync", reset_less=False):
     """``copies`` registers holding ``value`` as it was two cycles before, each loaded from
     one of ``groups`` registers that load ``value`` (consumer ``k`` from group
     ``k * groups // copies``): two nets of about half the distance where
     :func:`replicated_register` has one across all consumers. For a value that stays put
     the cycle before it is used (a stream payload held a cycle), they hold what
     ``replicated_register(m, value)`` would. Named ``<name>_group_replica_<g>`` and
-    ``<name>_replica_<k>``, all marked as replicas."""
+    ``<name>_replica_<k>``, all marked as replicas; ``reset_less`` as for
+    :func:`replicated_register`, for both stages."""
     _check_copies(copies)
     _check_copies(groups)
     if copies % groups:
         raise ValueError(f"Copies ({copies}) must split evenly into groups ({groups})")
-    firsts = replicated_register(m, value, copies=groups, name=f"{name}_group", domain=domain)
+    firsts = replicated_register(m, value, copies=groups, name=f"{name}_group", domain=domain,
+                                 reset_less=reset_less)
     replicas = []
     for k in range(copies):
-        replica = Signal.like(value, name=f"{name}_replica_{k}",
+        replica = Signal.like(value, name=f"{name}_replica_{k}", reset_less=reset_less,
                               attrs={REPLICA_ATTRIBUTE: 1})
         m.d[domain] += replica.eq(firsts[k * groups // copies])
         replicas.append(replica)

@@ -609,10 +609,12 @@ class UpdateDatapath(wiring.Component):
             # of the line (16.3 ns in a ULX3S build). Unlike a port, the copies see a write of
             # the cycle before; the hazard window keeps every write to a line a cycle away
             # from its next read.
+            # (Addresses take no reset, an enable's copies do: under the per-command clear a
+            # kept copy's reset is a LUT of its own in front of it, shared by all sixteen.)
             addresses = lane_copies(m, stage_a_buffer, apply_buffer, name="apply_buffer",
-                                    copies=_LANES, replicate=True)
+                                    copies=_LANES, replicate=True, reset_less=True)
             accumulate_addresses = replicated_register(m, product_tag.buffer, copies=_LANES,
-                                                       name="held_buffer")
+                                                       name="held_buffer", reset_less=True)
             write_enables = [buffer_write.en] * _LANES
             write_addresses = [buffer_write.addr] * _LANES
             if self._registered_writes:
@@ -621,7 +623,7 @@ class UpdateDatapath(wiring.Component):
                 write_enables = replicated_register(m, buffer_write.en, copies=_LANES,
                                                     name="buffer_write_en")
                 write_addresses = replicated_register(m, buffer_write.addr, copies=_LANES,
-                                                      name="buffer_write_addr")
+                                                      name="buffer_write_addr", reset_less=True)
                 written_data = Signal(LINE_BITS, reset_less=True)
                 m.d.sync += written_data.eq(buffer_write.data)
             else:
@@ -815,7 +817,10 @@ class UpdateDatapath(wiring.Component):
         # 16 lanes (a ULX3S build's 18.3 ns net, where synthesis had merged a constant `lr`
         # bit's register with another that holds a 1), and copies loaded straight from
         # `lr`'s logic moved that net in front of them (19.1 ns).
-        lrs = (staged_copies(m, self.lr, copies=_LANES, groups=LANE_GROUPS, name="lr")
+        # (No reset for them either: `lr` holds for the command, and the per-command clear
+        # was a LUT in front of each stage.)
+        lrs = (staged_copies(m, self.lr, copies=_LANES, groups=LANE_GROUPS, name="lr",
+                             reset_less=True)
                if self._lane_replicas else [self.lr] * _LANES)
         for k in range(_LANES):
             lane = slice(32 * k, 32 * (k + 1))

@@ -191,6 +191,30 @@ def test_staged_copies_follow_the_value_two_cycles_late_through_their_groups():
                       for k in range(6)}
 
 
+@pytest.mark.parametrize("reset_less", [False, True], ids=["reset", "reset-less"])
+def test_staged_copies_ignore_a_reset_when_reset_less(reset_less):
+    """Under a ``ResetInserter`` both stages clear with a reset by default; with
+    ``reset_less`` the copies keep holding the value of two cycles before through it."""
+    m = Module()
+    value, reset = Signal(4), Signal()
+    copies = staged_copies(m, value, copies=4, groups=2, name="factor", reset_less=reset_less)
+    dut = ResetInserter(reset)(m)
+
+    async def testbench(ctx):
+        seen = []
+        for v, pulse in [(7, 0), (7, 0), (7, 1), (7, 0), (7, 0)]:
+            ctx.set(value, v)
+            ctx.set(reset, pulse)
+            await ctx.tick()
+            seen.append(ctx.get(copies[3]))
+        assert seen == ([0, 7, 7, 7, 7] if reset_less else [0, 7, 0, 0, 7])
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+
+
 def test_staged_copies_need_groups_that_split_the_copies():
     with pytest.raises(ValueError, match=r"^Copies \(16\) must split evenly into groups "
                                          r"\(3\)$"):
