@@ -603,6 +603,16 @@ def index_reference(indices, starts, rows):
     return {"code": ErrorCode.NONE, "table": 0, "position": 0}
 
 
+def _set_index_job(ctx, dut, indices, starts, rows):
+    """An index validator's (at most 4) tables, their starts and the index count."""
+    tables = len(rows)
+    ctx.set(dut.tables, data.ArrayLayout(table_layout(32), 4).const(
+        [{"rows": r, "dim": 16} for r in rows] + [{}] * (4 - tables)))
+    for t in range(5):
+        ctx.set(dut.table_starts[t], starts[min(t, tables)])
+    ctx.set(dut.num_indices, len(indices))
+
+
 @pytest.mark.parametrize(("replicated_rows", "registered_error"),
                          [(False, False), (True, False), (True, True)])
 def test_index_validator_names_position_and_table(replicated_rows, registered_error):
@@ -622,17 +632,11 @@ def test_index_validator_names_position_and_table(replicated_rows, registered_er
         jobs.append((indices, starts, rows))
     dut = IndexValidator(max_tables=4, addr_width=32, replicated_rows=replicated_rows,
                          registered_error=registered_error)
-    layout = data.ArrayLayout(table_layout(32), 4)
     results = []
 
     async def testbench(ctx):
         for indices, starts, rows in jobs:
-            tables = len(rows)
-            ctx.set(dut.tables, layout.const([{"rows": r, "dim": 16} for r in rows]
-                                             + [{}] * (4 - tables)))
-            for t in range(5):
-                ctx.set(dut.table_starts[t], starts[min(t, tables)])
-            ctx.set(dut.num_indices, len(indices))
+            _set_index_job(ctx, dut, indices, starts, rows)
             await ctx.tick()  # (with replicated_rows they are read as of a cycle before start)
             ctx.set(dut.start, 1)
             await ctx.tick()
@@ -669,7 +673,6 @@ def test_index_validator_reset_mid_walk_then_a_new_command():
                          registered_error=True)
     reset = Signal()
     top = ResetInserter(reset)(dut)
-    layout = data.ArrayLayout(table_layout(32), 4)
     jobs = []
     for number in range(24):
         tables = draw.randint(1, 4)
@@ -690,12 +693,7 @@ def test_index_validator_reset_mid_walk_then_a_new_command():
 
     async def testbench(ctx):
         for indices, starts, rows, interrupted in jobs:
-            tables = len(rows)
-            ctx.set(dut.tables, layout.const([{"rows": r, "dim": 16} for r in rows]
-                                             + [{}] * (4 - tables)))
-            for t in range(5):
-                ctx.set(dut.table_starts[t], starts[min(t, tables)])
-            ctx.set(dut.num_indices, len(indices))
+            _set_index_job(ctx, dut, indices, starts, rows)
             await ctx.tick()
             ctx.set(dut.start, 1)
             await ctx.tick()

@@ -911,13 +911,15 @@ def _assert_rows_updated_in_order(written, new_rows):
         assert np.array_equal(floats.view(np.uint32), new_rows[line].view(np.uint32)), line
 
 
+@pytest.mark.parametrize(("capacity", "lps"), [(4, 2), (1, 1)], ids=["many", "lone"])
 @pytest.mark.parametrize(("fpga", "fold"), [(False, 1), (True, 2)])
-def test_datapath_apply_waits_for_the_final_sums(fpga, fold):
+def test_datapath_apply_waits_for_the_final_sums(fpga, fold, capacity, lps):
     """Row lines are offered from the first cycle, while the gradients are still being
     summed: the apply must wait until no sum is in flight (`sums_final`, a term of the
     `apply_allowed` register), or it would read a sum not yet written. Every row comes out
-    bit-exact."""
-    capacity, lps = 4, 2
+    bit-exact. With one line alone the accumulation goes first (apply yields to one wanted)
+    with nothing in flight before it and nothing wanted after it, so only the go's own term
+    keeps the apply from reading the sum the cycle after, before it is written."""
     lines = capacity * lps
     dut = UpdateDatapath(capacity=capacity, lines_per_slot=lps, line_address_width=10,
                          lane_replicas=fpga, registered_operands=fpga, read_port_per_use=fpga,
@@ -947,40 +949,6 @@ def test_datapath_apply_waits_for_the_final_sums(fpga, fold):
              processes=(_take_every_write(dut, written),), deadline=20_000)
     _assert_rows_updated_in_order(written, rows - lr * gradient)
 
-
-
-@pytest.mark.parametrize(("fpga", "fold"), [(False, 1), (True, 2)])
-def test_datapath_apply_waits_for_a_lone_sum(fpga, fold):
-    """One gradient line, its row line offered from the same cycle: the accumulation goes
-    first (apply yields to one wanted) with nothing in flight before it and nothing wanted
-    after it, so only the go's own term in `apply_allowed` keeps the apply from reading the
-    sum the cycle after, before it is written. The row comes out bit-exact."""
-    dut = UpdateDatapath(capacity=1, lines_per_slot=1, line_address_width=10,
-                         lane_replicas=fpga, registered_operands=fpga, read_port_per_use=fpga,
-                         lane_fold=fold, corrections=False)
-    draw = np.random.default_rng(fold)
-    gradient = draw.standard_normal((1, 16)).astype(np.float32)
-    rows = draw.standard_normal((1, 16)).astype(np.float32)
-    lr = np.float32(0.375)
-    written = []
-
-    async def gradients(ctx):
-        await send(ctx, dut.gradient, [_line_int(gradient[0])])
-
-    async def accumulations(ctx):
-        await _accumulate_each_slot_once(ctx, dut, 1, 1)
-
-    async def testbench(ctx):
-        ctx.set(dut.lr, int(lr.view(np.uint32)))
-        _offer_row_line(ctx, dut, rows, 0, 1)
-        await ctx.tick().until(dut.rows.ready)
-        ctx.set(dut.rows.valid, 0)
-        ctx.set(dut.row_context.valid, 0)
-        await ctx.tick().until(dut.apply_idle & ~dut.writes_queued)
-
-    simulate(dut, gradients, accumulations, testbench,
-             processes=(_take_every_write(dut, written),), deadline=2_000)
-    _assert_rows_updated_in_order(written, rows - lr * gradient)
 
 
 def test_datapath_correction_lanes_correct_beside_the_apply():
