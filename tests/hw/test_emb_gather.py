@@ -249,6 +249,49 @@ def test_issuer_issues_a_line_per_cycle(stages):
 
 
 @pytest.mark.parametrize("stages", list(STAGES))
+def test_issuer_reads_no_index_past_a_limit_that_falls_the_cycle_after_start(stages):
+    """The lookup's index limit may fall in the cycle after ``start`` (its choice of kept data
+    changes with the pass). A bag offered from ``start`` on, loaded the cycle after, must
+    wait for the new limit: a row read at the old one reads poison, an index error."""
+    bag = {"table": 0, "bag": 0, "start": 0, "length": 3, "out_line": 0x100, "scale": 0}
+    indices = [2, 7, 4]
+    dut = GatherIssuer(max_tables=len(TABLES), max_dim=64, addr_width=ADDR_WIDTH, bag_slots=4,
+                       registered_ready=True, **STAGES[stages])
+    descriptor = descriptor_layout(LINE_ADDR_WIDTH)
+    issued = []
+
+    async def run_command(ctx):
+        ctx.set(dut.table_config,
+                data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES))
+        ctx.set(dut.index_limit, len(indices))   # what the command before left
+        ctx.set(dut.weight_limit, len(indices))
+        ctx.set(dut.requests.ready, 1)
+        ctx.set(dut.descriptors.payload, descriptor.const(bag))
+        ctx.set(dut.descriptors.valid, 1)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        ctx.set(dut.index_limit, 0)
+        await ctx.tick().until(dut.descriptors.ready)
+        ctx.set(dut.descriptors.valid, 0)
+        await ctx.tick().repeat(6)
+        assert not issued, "a row was read before its index was validated"
+        ctx.set(dut.index_limit, len(indices))
+        await ctx.tick().until(dut.idle | (dut.error.code != ErrorCode.NONE))
+        assert ctx.get(dut.error.code) == ErrorCode.NONE
+
+    async def serve_windows(ctx):
+        async for _, _, index_addr, index_limit, valid, request in ctx.tick().sample(
+                dut.index_addr, dut.index_limit, dut.requests.valid, dut.requests.payload):
+            ctx.set(dut.index_data, landed_line(indices, index_addr, index_limit, INDEX_POISON))
+            if valid and request.context.kind == OpKind.ROW:
+                issued.append(request.addr)
+
+    pysim.simulate(dut, run_command, processes=[serve_windows], deadline=2_000, check=False)
+    assert issued == [(TABLES[0]["base"] >> 6) + index for index in indices]
+
+
+@pytest.mark.parametrize("stages", list(STAGES))
 def test_issuer_frees_only_lines_it_has_read_and_restarts_from_zero(stages):
     """``freed`` lets the index window overwrite lines: a line below it reads as poison here,
     so a ``freed`` ahead of the reads shows up as an index error. A second command (all its
