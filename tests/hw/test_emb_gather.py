@@ -84,18 +84,25 @@ STAGES = {"op-in-P": {},
           "stages-A-Q": {"registered_row_op": True, "registered_index_address": True}}
 
 
+TABLE_CONFIG = data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES)
+
+
+def _issuer(*, stages, registered_ready=True):
+    """A four-slot issuer over :data:`TABLES` with the register stages ``stages`` names."""
+    return GatherIssuer(max_tables=len(TABLES), max_dim=64, addr_width=ADDR_WIDTH,
+                        bag_slots=4, registered_ready=registered_ready, **STAGES[stages])
+
+
 def run_issuer(draw, bags, indices, weights, *, registered_ready, stages):
     """Feed ``bags`` to an issuer whose index and weight limits grow a position at a time;
     return the (addr, read, context) ops it issued, its error and whether it took every bag."""
-    dut = GatherIssuer(max_tables=len(TABLES), max_dim=64, addr_width=ADDR_WIDTH, bag_slots=4,
-                       registered_ready=registered_ready, **STAGES[stages])
-    config = data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES)
+    dut = _issuer(stages=stages, registered_ready=registered_ready)
     descriptor = descriptor_layout(LINE_ADDR_WIDTH)
     issued = []
     state = {"fed": False, "error": None}
 
     async def feed_descriptors(ctx):
-        ctx.set(dut.table_config, config)
+        ctx.set(dut.table_config, TABLE_CONFIG)
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
@@ -205,14 +212,12 @@ def test_issuer_issues_a_line_per_cycle(stages):
     bags = [{"table": 0, "bag": number, "start": 4 * number, "length": 4,
              "out_line": 0x100 + number, "scale": 0} for number in range(32)]
     indices = [k % TABLES[0]["rows"] for k in range(4 * len(bags))]
-    dut = GatherIssuer(max_tables=len(TABLES), max_dim=64, addr_width=ADDR_WIDTH, bag_slots=4,
-                       registered_ready=True, **STAGES[stages])
+    dut = _issuer(stages=stages)
     descriptor = descriptor_layout(LINE_ADDR_WIDTH)
     cycles = []
 
     async def feed_descriptors(ctx):
-        ctx.set(dut.table_config,
-                data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES))
+        ctx.set(dut.table_config, TABLE_CONFIG)
         ctx.set(dut.index_limit, len(indices))
         ctx.set(dut.weight_limit, len(indices))
         ctx.set(dut.start, 1)
@@ -255,14 +260,12 @@ def test_issuer_reads_no_index_past_a_limit_that_falls_the_cycle_after_start(sta
     wait for the new limit: a row read at the old one reads poison, an index error."""
     bag = {"table": 0, "bag": 0, "start": 0, "length": 3, "out_line": 0x100, "scale": 0}
     indices = [2, 7, 4]
-    dut = GatherIssuer(max_tables=len(TABLES), max_dim=64, addr_width=ADDR_WIDTH, bag_slots=4,
-                       registered_ready=True, **STAGES[stages])
+    dut = _issuer(stages=stages)
     descriptor = descriptor_layout(LINE_ADDR_WIDTH)
     issued = []
 
     async def run_command(ctx):
-        ctx.set(dut.table_config,
-                data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES))
+        ctx.set(dut.table_config, TABLE_CONFIG)
         ctx.set(dut.index_limit, len(indices))   # what the command before left
         ctx.set(dut.weight_limit, len(indices))
         ctx.set(dut.requests.ready, 1)
@@ -302,15 +305,13 @@ def test_issuer_frees_only_lines_it_has_read_and_restarts_from_zero(stages):
     second_bags = [{"table": 0, "bag": number, "start": 2 * number, "length": 2,
                     "out_line": 0x200 + number, "scale": 0} for number in range(5)]
     indices = [draw.randrange(TABLES[0]["rows"]) for _ in range(3 * len(first_bags))]
-    dut = GatherIssuer(max_tables=len(TABLES), max_dim=64, addr_width=ADDR_WIDTH, bag_slots=4,
-                       registered_ready=True, **STAGES[stages])
+    dut = _issuer(stages=stages)
     descriptor = descriptor_layout(LINE_ADDR_WIDTH)
     seen = {"restarted": False, "freed_before_restart": 0, "freed_after_restart": [],
             "errors": []}
 
     async def run_commands(ctx):
-        ctx.set(dut.table_config,
-                data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES))
+        ctx.set(dut.table_config, TABLE_CONFIG)
         ctx.set(dut.index_limit, len(indices))
         ctx.set(dut.weight_limit, len(indices))
         ctx.set(dut.requests.ready, 1)

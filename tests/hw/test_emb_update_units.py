@@ -1065,6 +1065,28 @@ def test_gradient_fetch_asks_a_line_per_cycle_across_occurrences():
     assert handed == [(o["table"], o["row"], o["scale"], 2) for o in occurrences]
 
 
+def _row_fetch_over_keys(fetch, keys):
+    """A module holding ``fetch``, whose key slots read ``keys`` ((table, row) per slot)."""
+    m = Module()
+    m.submodules.fetch = fetch
+    with m.Switch(fetch.key_slot):
+        for slot, (table, row) in enumerate(keys):
+            with m.Case(slot):
+                m.d.comb += [fetch.key.table.eq(table), fetch.key.row.eq(row)]
+    return m
+
+
+async def _start_row_fetch(ctx, fetch, descriptors, count):
+    """Start ``fetch`` over ``count`` keys with every request and context taken at once."""
+    ctx.set(fetch.descriptors, descriptors)
+    ctx.set(fetch.request.ready, 1)
+    ctx.set(fetch.context.ready, 1)
+    ctx.set(fetch.count, count)
+    ctx.set(fetch.start, 1)
+    await ctx.tick()
+    ctx.set(fetch.start, 0)
+
+
 def test_row_fetch_asks_a_line_per_cycle_across_rows():
     """The next row's key and address are ready while this row's lines go out: one read per
     cycle over rows of two and four lines, with each read's slot, line and address in order."""
@@ -1074,12 +1096,7 @@ def test_row_fetch_asks_a_line_per_cycle_across_rows():
               {"base": 0x8000, "rows": 16, "dim": 64, "mode": 0}]
     fetch = RowFetch(capacity=capacity, max_tables=2, table_width=1, line_width=3,
                      addr_width=20, context_depth=16)
-    m = Module()
-    m.submodules.fetch = fetch
-    with m.Switch(fetch.key_slot):
-        for slot, (table, row) in enumerate(keys):
-            with m.Case(slot):
-                m.d.comb += [fetch.key.table.eq(table), fetch.key.row.eq(row)]
+    m = _row_fetch_over_keys(fetch, keys)
     descriptors = data.ArrayLayout(table_layout(20), 2).const(tables)
     expected = [(slot, line, (tables[table]["base"] >> 6) + row * (tables[table]["dim"] >> 4)
                  + line)
@@ -1088,13 +1105,7 @@ def test_row_fetch_asks_a_line_per_cycle_across_rows():
     asked, contexts = [], []
 
     async def bench(ctx):
-        ctx.set(fetch.descriptors, descriptors)
-        ctx.set(fetch.request.ready, 1)
-        ctx.set(fetch.context.ready, 1)
-        ctx.set(fetch.count, len(keys))
-        ctx.set(fetch.start, 1)
-        await ctx.tick()
-        ctx.set(fetch.start, 0)
+        await _start_row_fetch(ctx, fetch, descriptors, len(keys))
         cycle = 0
         while len(contexts) < len(expected) or ctx.get(fetch.busy):
             _, _, request_valid, request, context_valid, context = await ctx.tick().sample(
@@ -1130,12 +1141,7 @@ def test_row_fetch_first_line_wraps_as_the_product_does(line_width):
     fetch = RowFetch(capacity=len(keys), max_tables=len(tables),
                      table_width=(len(tables) - 1).bit_length(), line_width=line_width,
                      addr_width=addr_width, context_depth=8)
-    m = Module()
-    m.submodules.fetch = fetch
-    with m.Switch(fetch.key_slot):
-        for slot, (table, row) in enumerate(keys):
-            with m.Case(slot):
-                m.d.comb += [fetch.key.table.eq(table), fetch.key.row.eq(row)]
+    m = _row_fetch_over_keys(fetch, keys)
     descriptors = data.ArrayLayout(table_layout(addr_width), len(tables)).const(tables)
     expected = [((tables[table]["base"] >> 6) + row * (tables[table]["dim"] >> 4) + line)
                 & line_mask
@@ -1143,13 +1149,7 @@ def test_row_fetch_first_line_wraps_as_the_product_does(line_width):
     asked = []
 
     async def bench(ctx):
-        ctx.set(fetch.descriptors, descriptors)
-        ctx.set(fetch.request.ready, 1)
-        ctx.set(fetch.context.ready, 1)
-        ctx.set(fetch.count, len(keys))
-        ctx.set(fetch.start, 1)
-        await ctx.tick()
-        ctx.set(fetch.start, 0)
+        await _start_row_fetch(ctx, fetch, descriptors, len(keys))
         while len(asked) < len(expected) or ctx.get(fetch.busy):
             _, _, request_valid, request = await ctx.tick().sample(
                 fetch.request.valid, fetch.request.payload)
