@@ -404,6 +404,9 @@ def test_word_reader_delivers_a_word_per_cycle(registered_output):
 
     simulate(reader, consume, processes=(serve_lines,), deadline=1_000)
     assert cycles[-1] - cycles[0] == words - 1, cycles
+    # The first word two cycles after start; with a registered output three more: the line
+    # request's skid buffer, the chosen word's register and the output's skid buffer.
+    assert cycles[0] == (5 if registered_output else 2), cycles
 
 
 @pytest.mark.parametrize("registered_output", [False, True], ids=["word-choice", "register"])
