@@ -329,7 +329,8 @@ class LookupEngine(wiring.Component):
         m.submodules.bags = bags = BagSequencer(
             max_tables=self._max_tables, addr_width=aw, mean_reciprocal=self._mean_reciprocal,
             registered_descriptor=self._fpga_pipelining,
-            reciprocal_steps_per_cycle=1 if self._fpga_pipelining else 2)
+            reciprocal_steps_per_cycle=1 if self._fpga_pipelining else 2,
+            entries_given=True)
         m.submodules.issuer = issuer = GatherIssuer(
             max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
             bag_slots=self._bag_slots, registered_ready=self._fpga_pipelining,
@@ -358,7 +359,8 @@ class LookupEngine(wiring.Component):
         command = Signal(command_layout(aw))
         defer_mean = Signal()
         # Offsets entries, bags * tables + 1: registered, so the multiplier is in front of no
-        # other logic (the fit check, the offsets window and validator). It is first used in
+        # other logic (the fit check, the offsets window and validator, the bag sequencer's
+        # count, which synthesis otherwise shares with this one). It is first used in
         # Checking, a cycle after the command register loads (Check runs in between).
         entries = Signal(33)
         m.d.sync += entries.eq(command.bags * command.tables + 1)
@@ -403,6 +405,7 @@ class LookupEngine(wiring.Component):
             index_validator.num_indices.eq(command.num_indices),
             bags.bags.eq(command.bags),
             bags.tables.eq(command.tables),
+            bags.entries.eq(entries),
             bags.output_line.eq(command.output >> 6),
             bags.row_lines.eq(checker.row_floats >> 4),
             offsets_validator.bags.eq(command.bags),

@@ -42,14 +42,16 @@ def expected_descriptors(offsets, bags):
 
 
 def run_sequencer(draw, offsets, bags, *, stalls=True, abandoned_cycles=0, creep=False,
-                  **params):
+                  tables=None, **params):
     """The descriptors the sequencer put out, and the cycle of each. Without ``stalls`` every
     offset has landed, lines are always offered and descriptors always taken. Entries at or
     past ``limit`` read as poison (not yet validated, they may hold anything). With
     ``abandoned_cycles`` a walk with every entry validated runs that long first (its
     descriptors never taken), and the walk checked starts over it. With ``creep`` the limit
     grows by one entry every third cycle, so the walk waits at every entry (a line's last
-    word and the walk's last entry among them). Fails unless every line was taken."""
+    word and the walk's last entry among them). ``tables`` is what the ``tables`` input
+    says (default: the tables' count); with ``entries_given`` the ``entries`` input holds
+    the walk's true count. Fails unless every line was taken."""
     dut = BagSequencer(max_tables=len(TABLES), addr_width=ADDR_WIDTH, **params)
 
     def line_of(number, limit):
@@ -64,7 +66,9 @@ def run_sequencer(draw, offsets, bags, *, stalls=True, abandoned_cycles=0, creep
         ctx.set(dut.table_config,
                 data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES))
         ctx.set(dut.bags, bags)
-        ctx.set(dut.tables, len(TABLES))
+        ctx.set(dut.tables, len(TABLES) if tables is None else tables)
+        if params.get("entries_given"):
+            ctx.set(dut.entries, bags * len(TABLES) + 1)
         ctx.set(dut.output_line, OUTPUT_LINE)
         ctx.set(dut.row_lines, ROW_LINES)
         if abandoned_cycles:
@@ -202,6 +206,23 @@ def test_sequencer_starts_over_an_abandoned_walk(registered_descriptor, abandone
     lengths = [draw.choice([0, 1, 2, 3, 7]) for _ in range(bags * len(TABLES))]
     offsets = [0, *np.cumsum(lengths).tolist()]
     got, _ = run_sequencer(draw, offsets, bags, abandoned_cycles=abandoned_cycles,
+                           mean_reciprocal="pipelined",
+                           registered_descriptor=registered_descriptor)
+    expected = expected_descriptors(offsets, bags)
+    assert [(d.table, d.bag, d.start, d.length, d.out_line) for d in got] == \
+        [want[:5] for want in expected]
+
+
+@pytest.mark.parametrize("registered_descriptor", [False, True], ids=["formed", "registered"])
+def test_sequencer_walks_the_entry_count_it_is_given(registered_descriptor):
+    """With ``entries_given`` the walk's length is the ``entries`` input (the lookup's
+    register), not ``bags * tables + 1`` of its own: here the ``tables`` input says 0 and
+    the walk still covers every table."""
+    draw = random.Random(3)
+    bags = 9
+    lengths = [draw.choice([0, 1, 2, 3, 7]) for _ in range(bags * len(TABLES))]
+    offsets = [0, *np.cumsum(lengths).tolist()]
+    got, _ = run_sequencer(draw, offsets, bags, tables=0, entries_given=True,
                            mean_reciprocal="pipelined",
                            registered_descriptor=registered_descriptor)
     expected = expected_descriptors(offsets, bags)
