@@ -18,7 +18,7 @@ from amaranth.utils import ceil_log2, exact_log2
 from hw.fanout import word_of_line
 
 from .bags import descriptor_layout
-from .layouts import ErrorCode, PoolingMode, table_layout
+from .layouts import ErrorCode, PoolingMode, row_first_line, table_layout
 from .validate import ERROR_LAYOUT
 
 __all__ = ["ONE", "GatherIssuer", "OpKind", "op_layout"]
@@ -366,7 +366,7 @@ class GatherIssuer(wiring.Component):
         row_op = Signal(self._row_op_layout())
         m.d.comb += [
             row_op.eq(q_op),
-            row_op.row_line.eq(q_base_line + q_index * q_op.lines),
+            row_op.row_line.eq(row_first_line(q_base_line, q_index, q_op.lines)),
             row_queue.w_data.eq(row_op),
             row_queue.w_en.eq(q_valid & ~out_of_range & ~error_seen),
             self.row_issued.eq(row_queue.w_en & (q_op.kind == OpKind.ROW)),

@@ -14,12 +14,12 @@ Data in device memory (all little-endian, every buffer 64-byte aligned):
   so a row is ``dim / 16`` whole lines.
 """
 
-from amaranth.hdl import unsigned
+from amaranth.hdl import Mux, unsigned
 from amaranth.lib import data, enum
 
 __all__ = [
     "LINE_BYTES", "ErrorCode", "Opcode", "PoolingMode", "command_layout", "counters_layout",
-    "region_layout", "status_layout", "table_layout",
+    "region_layout", "row_first_line", "status_layout", "table_layout",
 ]
 
 LINE_BYTES = 64
@@ -64,6 +64,19 @@ def table_layout(addr_width: int) -> data.StructLayout:
         "dim": unsigned(16),        # floats per row
         "mode": PoolingMode,
     })
+
+
+def row_first_line(base_line, row, lines):
+    """A table row's first line address, ``base_line + row * lines``, as wide as
+    ``base_line``: shifted copies of ``row`` added in a tree. A line count is a few bits; as a
+    product, synthesis put it in an ECP5 multiplier block, some 5 ns with no register of its
+    own, and a carry chain after it."""
+    width = len(base_line)
+    terms = [base_line] + [Mux(lines[bit], row << bit, 0)[:width] for bit in range(len(lines))]
+    while len(terms) > 1:
+        pairs = [(terms[k] + terms[k + 1])[:width] for k in range(0, len(terms) - 1, 2)]
+        terms = pairs + terms[len(terms) - len(terms) % 2:]
+    return terms[0]
 
 
 def region_layout(addr_width: int) -> data.StructLayout:

@@ -1,10 +1,10 @@
 """Address generators of the update engine: gradient lines per occurrence, row lines per slot."""
 
-from amaranth.hdl import Module, Mux, Shape, Signal, unsigned
+from amaranth.hdl import Module, Shape, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .layouts import table_layout
+from .layouts import row_first_line, table_layout
 from .update_walker import occurrence_layout
 
 __all__ = ["GradientFetch", "RowFetch", "chunk_occurrence_layout", "row_context_layout"]
@@ -198,7 +198,7 @@ class RowFetch(wiring.Component):
             m.d.sync += [
                 current.valid.eq(1),
                 current.slot.eq(keyed.slot),
-                current.first_line.eq(_first_line(keyed.base_line, keyed.row, keyed.lines)),
+                current.first_line.eq(row_first_line(keyed.base_line, keyed.row, keyed.lines)),
                 current.lines.eq(keyed.lines),
                 line.eq(0),
                 on_last_line.eq(keyed.lines == 1),
@@ -217,14 +217,3 @@ class RowFetch(wiring.Component):
             m.d.sync += [count.eq(self.count), next_slot.eq(0), running.eq(1)]
         return m
 
-
-def _first_line(base_line, row, lines):
-    """``base_line + row * lines``, as wide as ``base_line``: shifted copies of ``row`` added in
-    a tree. A line count is a few bits; as a product, synthesis put it in an ECP5 multiplier
-    block, some 5 ns with no register of its own, and a carry chain after it."""
-    width = len(base_line)
-    terms = [base_line] + [Mux(lines[bit], row << bit, 0)[:width] for bit in range(len(lines))]
-    while len(terms) > 1:
-        pairs = [(terms[k] + terms[k + 1])[:width] for k in range(0, len(terms) - 1, 2)]
-        terms = pairs + terms[len(terms) - len(terms) % 2:]
-    return terms[0]
