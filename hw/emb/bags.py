@@ -1,10 +1,10 @@
 """Turn the validated offsets into one descriptor per bag, in TBE order (table-major)."""
 
-from amaranth.hdl import Module, Mux, ResetInserter, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.fanout import word_of_line
+from hw.fanout import WORD_SELECT_COPIES, lane_copies, replicated_register, word_of_line
 
 from .layouts import PoolingMode, table_layout
 from .reciprocal import Reciprocal
@@ -54,12 +54,13 @@ class BagSequencer(wiring.Component):
     With ``registered_descriptor`` a bag's offsets and fields go into a register stage of their
     own (E), and its descriptor goes on from there a cycle later, not at the subtraction of
     its length and the queue (or divider) behind it; the entries are fetched out of the lines
-    (once validated) into a queue of two words a cycle ahead of the walk, so the offset
-    word's 16-way choice in its line ends at that queue's flip-flops, enabled by registers,
-    and neither the line stream's ``ready`` nor the word's select waits for the walk's take;
-    each group of the word's bits is chosen by a copy of the select of its own; and whether
-    an entry is validated, and the walk's last, come from registers. It costs two cycles of
-    latency (and one more where the walk waits for the validator), not throughput. The
+    (once validated) into a queue of three words, two cycles ahead of the walk, so the offset
+    word's 16-way choice in its line ends at flip-flops, over two cycles (a 4-way choice in
+    each quad of the line's words, registered, then the quad's), and neither the line
+    stream's ``ready`` nor the word's select waits for the walk's take; each group of the
+    word's bits is chosen by copies of the selects of its own; and whether an entry is
+    validated, and the walk's last, come from registers. It costs three cycles of latency
+    (and one more where the walk waits for the validator), not throughput. The
     sequential divider then finds a length's highest bit a cycle before shifting by it (a
     cycle more per MEAN bag).
 
@@ -153,28 +154,54 @@ class BagSequencer(wiring.Component):
         take = Signal()
         value = Signal(32)            # offsets[entry] (when an entry is there to take)
         if self._registered_descriptor:
-            # The entries are fetched out of the lines into a queue of two words ahead of the
+            # The entries are fetched out of the lines into a queue of words ahead of the
             # walk, by registers of their own (`fetch_entry`): the offset word's 16-way choice
-            # (behind the line's 3-way slot choice in the prefetch) then ends at the queue's
-            # flip-flops, enabled by registers, not at stage E or `previous` behind `take`;
-            # and neither the line stream's ready (the prefetch's pointer copies) nor the
-            # word's select copies wait for `take`. An entry is fetched only once validated
-            # (so the queue holds no word it may not use), and the walk takes from the queue:
-            # a cycle of latency, not throughput.
+            # (behind the line's 3-way slot choice in the prefetch) then ends at flip-flops,
+            # not at stage E or `previous` behind `take`; and neither the line stream's ready
+            # (the prefetch's pointer copies) nor the word's select copies wait for `take`. An
+            # entry is fetched only once validated (so the queue holds no word it may not
+            # use), and the walk takes from the queue: latency, not throughput.
             fetch_entry = Signal(32)
             fetched = Signal()
             fetch = Signal()
-            words = [Signal(32, name=f"word_{k}") for k in range(2)]
-            words_held = Signal(range(3))
-            word_in = Signal()       # the queued word written next
-            word_out = Signal()      # the queued word taken next
-            # Each group of the word's bits has a copy of the select of its own.
+            # The word's choice takes two cycles (stage F): the word at the select's low bits
+            # in each quad of the line's words, with the slot's choice in front, into
+            # registers, then the quad's (a 4-way choice) into the queue. At once, the slot's
+            # and the 16-way choice over the whole line were 13.9 ns into the queue on a
+            # ULX3S build (4 LUT levels, the line's bits spread over the die). Each group of
+            # the word's bits has copies of the selects of its own.
             next_word = Mux(self.start, 0, Mux(fetch, (fetch_entry + 1)[:4], fetch_entry[:4]))
-            word = word_of_line(m, self.lines.payload, next_word, fetch_entry[:4],
-                                name="word_select", replicate=True)
-            m.d.comb += value.eq(Mux(word_out, words[1], words[0]))
+            selects = lane_copies(m, next_word, fetch_entry[:4], copies=WORD_SELECT_COPIES,
+                                  name="word_select", replicate=True)
+            bits = 32 // WORD_SELECT_COPIES
+            quads = [Signal(32, name=f"quad_{q}") for q in range(LANES // 4)]
+            for copy, chosen in enumerate(selects):
+                group = slice(copy * bits, (copy + 1) * bits)
+                for q, quad in enumerate(quads):
+                    words_of_quad = self.lines.payload[128 * q:128 * (q + 1)]
+                    m.d.sync += quad[group].eq(words_of_quad.word_select(chosen[:2], 32)[group])
+            f_valid = Signal()       # stage F holds a fetched entry's quads
+            # (No reset: they are read only with `f_valid`, which has one.)
+            quad_selects = replicated_register(m, fetch_entry[2:4], copies=4,
+                                               name="quad_select", reset_less=True)
+            word = Signal(32)
+            quad_bits = 32 // len(quad_selects)
+            for copy, chosen in enumerate(quad_selects):
+                group = slice(copy * quad_bits, (copy + 1) * quad_bits)
+                m.d.comb += word[group].eq(Cat(*quads).word_select(chosen, 32)[group])
+            # Three words keep a take every cycle with one in stage F.
+            queued = 3
+            words = [Signal(32, name=f"word_{k}") for k in range(queued)]
+            words_held = Signal(range(queued + 1))
+            owed = Signal(range(queued + 1))   # words held and in stage F
+            word_in = Signal(range(queued))    # the queued word written next
+            word_out = Signal(range(queued))   # the queued word taken next
+            with m.Switch(word_out):
+                for k, held in enumerate(words):
+                    with m.Case(k):
+                        m.d.comb += value.eq(held)
             for k, held in enumerate(words):
-                with m.If(fetch & (word_in == k)):
+                with m.If(f_valid & (word_in == k)):
                     m.d.sync += held.eq(word)
         else:
             # The offset word's 16-way choice in its line, at the entry taken.
@@ -250,23 +277,26 @@ class BagSequencer(wiring.Component):
                          last_entry.eq(Mux(took, last_next, last_held)),
                          frees_line.eq(Mux(fetched, frees_next, frees_held))]
             # The walk takes from the queue (every word in it validated); the fetch fills it
-            # when it has room without this cycle's take, so the queue's level, not `take`,
-            # decides it (two words keep a take every cycle).
-            fetches = active & self.lines.valid & (words_held != 2)
+            # when it has room without this cycle's take, so the words owed (held and in
+            # stage F), not `take`, decide it.
+            fetches = active & self.lines.valid & (owed != queued)
             m.d.comb += [
                 fetch.eq(fetches & validated),
                 take.eq(active & (words_held != 0) & room),
                 self.lines.ready.eq(fetches & frees_line),
             ]
             with m.If(self.start):
-                m.d.sync += [fetch_entry.eq(0), words_held.eq(0), word_in.eq(0),
-                             word_out.eq(0)]
+                m.d.sync += [fetch_entry.eq(0), f_valid.eq(0), words_held.eq(0), owed.eq(0),
+                             word_in.eq(0), word_out.eq(0)]
             with m.Else():
-                m.d.sync += words_held.eq(words_held + fetch - take)
+                m.d.sync += [f_valid.eq(fetch), words_held.eq(words_held + f_valid - take),
+                             owed.eq(owed + fetch - take)]
                 with m.If(fetch):
-                    m.d.sync += [fetch_entry.eq(fetch_entry + 1), word_in.eq(~word_in)]
+                    m.d.sync += fetch_entry.eq(fetch_entry + 1)
+                with m.If(f_valid):
+                    m.d.sync += word_in.eq(Mux(word_in == queued - 1, 0, word_in + 1))
                 with m.If(take):
-                    m.d.sync += word_out.eq(~word_out)
+                    m.d.sync += word_out.eq(Mux(word_out == queued - 1, 0, word_out + 1))
         else:
             m.d.comb += [validated.eq(entry < self.limit), last_entry.eq(entry + 1 == entries),
                          frees_line.eq(validated & ((entry[:4] == LANES - 1) | last_entry))]
