@@ -759,9 +759,12 @@ class LookupEngine(wiring.Component):
                         m.d.sync += status.bag.eq(offsets_validator.count - 1)
                     m.next = "Done"
             with m.State("Done"):
-                m.d.comb += [self.done.valid.eq(1), self.done.payload.eq(status)]
+                m.d.comb += self.done.valid.eq(1)
                 with m.If(self.done.ready):
                     m.next = "Idle"
+        # The status register in every state (it counts only with `valid`, in Done), not
+        # behind the state's decode into the device's status skid buffer.
+        m.d.comb += self.done.payload.eq(status)
 
         if self._fpga_pipelining:
             m.d.sync += [
