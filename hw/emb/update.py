@@ -486,7 +486,7 @@ class UpdateEngine(wiring.Component):
                    for name in ("offsets", "indices", "weights")}
         walker = per_command("walker", OccurrenceWalker(
             max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
-            registered_checks=self._fpga_pipelining))
+            registered_checks=self._fpga_pipelining, given_entries=self._fpga_pipelining))
         gradient_fetch = per_command("gradient_fetch", GradientFetch(
             table_width=walker.table_width, line_width=walker.line_width,
             line_address_width=line_address_width))
@@ -578,9 +578,10 @@ class UpdateEngine(wiring.Component):
             end_entry = Signal(24)
             spanned = Signal()  # set by ``start`` for a walk of ``span``
             # The entries where the walk starts and ends, `table * bags`, are registered
-            # every cycle, so no multiplier is in front of the readers' counts: the command
-            # and the span hold for cycles before a walk starts (the span changes as a pass
-            # ends, a state or more before the next pass starts).
+            # every cycle, so no multiplier is in front of the readers' counts (nor, with
+            # fpga_pipelining, of the walker's bag count and number): the command and the
+            # span hold for cycles before a walk starts (the span changes as a pass ends, a
+            # state or more before the next pass starts).
             whole_end_entry = Signal(24, name=f"{prefix}whole_end_entry")
             m.d.sync += whole_end_entry.eq(command.tables * command.bags)
             m.d.comb += [
@@ -620,6 +621,8 @@ class UpdateEngine(wiring.Component):
                 walker.first_table.eq(first_table),
                 walker.first_position.eq(first_position),
                 walker.first_column.eq(first_column),
+                walker.first_entry.eq(first_entry),
+                walker.end_entry.eq(end_entry),
                 walker.gradient.eq(command.output >> 6),
                 walker.row_lines.eq(row_lines),
                 walker.use_weights.eq(use_weights),
@@ -689,7 +692,7 @@ class UpdateEngine(wiring.Component):
                 for name in ("offsets", "indices", "weights")}
             deferred_walker = per_command("deferred_walker", OccurrenceWalker(
                 max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
-                registered_checks=self._fpga_pipelining))
+                registered_checks=self._fpga_pipelining, given_entries=self._fpga_pipelining))
             corrector = per_command("corrector", CorrectionSequencer(
                 max_tables=self._max_tables, addr_width=aw, table_width=walker.table_width,
                 line_width=walker.line_width, slot_width=Shape.cast(range(capacity)).width,

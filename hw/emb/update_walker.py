@@ -32,7 +32,14 @@ With ``registered_checks`` the checks compare registers:
   later, once per walk (it fills while the walker is in Indices);
 * whether the bag is the walk's last and its table's last are registers, kept as the walk
   moves from bag to bag, not 24- and 16-bit comparisons in front of the status and of the
-  walk's next bag;
+  walk's next bag; the bag numbers they are compared with (the walk's last, the one before
+  it) are registers loaded as the walk starts, so no adder is in front of the comparisons,
+  and with ``given_entries`` the walk's first and end entries (``first_table * bags``,
+  ``tables * bags``) come from the caller's registers, not from the walker's own
+  multipliers (a ULX3S build's 13.3 ns path into its bag count);
+* an index taken ends the bag if the position equals the bag's end less one, a register
+  loaded as the bag opens, not if ``position + 1`` (a carry chain) equals the end: the
+  comparison is behind the streams' handshake, into ``at_bag_end``;
 * the MEAN factor's divider produces one quotient bit a cycle, not two (12 cycles more per
   MEAN bag);
 * an index is compared with its table's ``rows`` held in a register (loaded every cycle from
@@ -93,6 +100,10 @@ class OccurrenceWalker(wiring.Component):
         Byte address width; gradient addresses are line addresses (``addr_width - 6`` bits).
     registered_checks : bool
         Compare offsets entries and indices with registers (module docstring).
+    given_entries : bool
+        With ``registered_checks``: the walk's first and end entries are the inputs
+        ``first_entry`` and ``end_entry`` (else the walker multiplies ``first_table *
+        bags`` and ``tables * bags`` itself, and those inputs are unused).
 
     Members
     -------
@@ -108,6 +119,8 @@ class OccurrenceWalker(wiring.Component):
     first_table : ``In(8)``, first_position : ``In(32)``, first_column : ``In(16)``
         Where the walk starts: its first table, that table's first index position and its
         gradient column (lines before it in a row). All 0 for a whole walk.
+    first_entry, end_entry : ``In(24)``
+        ``first_table * bags`` and ``tables * bags``, with ``given_entries``.
     started : ``Out(1)``, started_table : ``Out(8)``, started_position : ``Out(32)``,
     started_column : ``Out(16)``
         The walk is at the first bag of a table: where that table starts (for a later walk
@@ -120,8 +133,12 @@ class OccurrenceWalker(wiring.Component):
         Held from the end of a walk to the next ``start``.
     """
 
-    def __init__(self, *, max_tables, max_dim, addr_width, registered_checks=False):
+    def __init__(self, *, max_tables, max_dim, addr_width, registered_checks=False,
+                 given_entries=False):
         self._registered_checks = check_bool("Registered checks", registered_checks)
+        self._given_entries = check_bool("Given entries", given_entries)
+        if given_entries and not registered_checks:
+            raise ValueError("Given entries need registered checks")
         self._max_tables = max_tables
         self._max_lines = max_dim // 16
         self._table_width = unsigned(max(max_tables - 1, 1)).width
@@ -139,6 +156,8 @@ class OccurrenceWalker(wiring.Component):
             "first_table": In(8),
             "first_position": In(32),
             "first_column": In(16),
+            "first_entry": In(24),
+            "end_entry": In(24),
             "started": Out(1),
             "started_table": Out(8),
             "started_position": Out(32),
@@ -187,6 +206,11 @@ class OccurrenceWalker(wiring.Component):
         use_weights = Signal()
         bags = Signal(16)
         bag_count = Signal(24)        # tables * bags
+        # With registered checks: bag_count - 1 and - 2, the numbers of the walk's last bag
+        # and of the one before it, so that "the next entry is the last" is an equality of
+        # registers, not an adder in front of one.
+        last_bag = Signal(24)
+        last_but_one = Signal(24)
         num_indices = Signal(32)
         gradient = Signal.like(self.gradient)
         row_lines = Signal(32)
@@ -200,6 +224,7 @@ class OccurrenceWalker(wiring.Component):
         # position == bag_end, kept as a register from Bag-End on (where position is
         # bag_start): it decides each step of Indices, in front of the streams' readies.
         at_bag_end = Signal()
+        bag_end_less_1 = Signal(32)   # with registered checks, loaded with bag_end
         bag_line = Signal.like(self.gradient)  # gradient row of this bag
         column = Signal(16)                    # lines before this table's block
         mean_scale = Signal(32)
@@ -272,17 +297,25 @@ class OccurrenceWalker(wiring.Component):
             with m.State("Idle"):  # a walk starts only from here
                 m.d.comb += idle.eq(1)
                 with m.If(self.start):
+                    if self._given_entries:
+                        first_entry, end_entry = self.first_entry, self.end_entry
+                    else:
+                        first_entry = self.first_table * self.bags
+                        end_entry = self.bags * self.tables
+                    if self._registered_checks:
+                        m.d.sync += [last_bag.eq(end_entry - 1),
+                                     last_but_one.eq(end_entry - 2)]
                     m.d.sync += [
                         mode.eq(self.mode),
                         use_weights.eq(self.use_weights),
                         bags.eq(self.bags),
-                        bag_count.eq(self.bags * self.tables),
+                        bag_count.eq(end_entry),
                         num_indices.eq(self.num_indices),
                         gradient.eq(self.gradient),
                         row_lines.eq(self.row_lines),
                         table.eq(self.first_table),
                         bag.eq(0),
-                        bag_number.eq(self.first_table * self.bags),
+                        bag_number.eq(first_entry),
                         position.eq(self.first_position),
                         bag_start.eq(self.first_position),
                         bag_line.eq(self.gradient),
@@ -295,7 +328,7 @@ class OccurrenceWalker(wiring.Component):
             with m.State("First"):
                 m.d.comb += take_offset.eq(1)
                 if self._registered_checks:
-                    m.d.sync += [last_entry.eq(bag_number + 1 == bag_count),
+                    m.d.sync += [last_entry.eq(bag_number == last_bag),
                                  wraps.eq(bag + 1 == bags)]
                 with m.If(offset_valid):
                     with m.If(~equals_previous):
@@ -324,6 +357,8 @@ class OccurrenceWalker(wiring.Component):
                         fail(ErrorCode.OFFSETS_PAST_END, **here)
                     with m.Else():
                         m.d.sync += [bag_end.eq(offset), at_bag_end.eq(equals_previous)]
+                        if self._registered_checks:
+                            m.d.sync += bag_end_less_1.eq(offset - 1)
                         with m.If(update & (descriptor.mode == PoolingMode.MEAN) &
                                   ~equals_previous):
                             m.next = "Reciprocal"
@@ -355,7 +390,7 @@ class OccurrenceWalker(wiring.Component):
                             bag_start.eq(bag_end),
                         ]
                         if self._registered_checks:
-                            m.d.sync += last_entry.eq(bag_number + 2 == bag_count)
+                            m.d.sync += last_entry.eq(bag_number == last_but_one)
                         with m.If(wraps):
                             if self._registered_checks:
                                 m.d.sync += wraps.eq(bags == 1)
@@ -386,8 +421,13 @@ class OccurrenceWalker(wiring.Component):
                                 self.indices.ready.eq(1),
                                 self.weights.ready.eq(weighted),
                             ]
-                            m.d.sync += [position.eq(position + 1),
-                                         at_bag_end.eq(position + 1 == bag_end)]
+                            m.d.sync += position.eq(position + 1)
+                            if self._registered_checks:
+                                # An index is taken only short of the bag's end, so
+                                # bag_end >= 1 here and the difference does not wrap.
+                                m.d.sync += at_bag_end.eq(position == bag_end_less_1)
+                            else:
+                                m.d.sync += at_bag_end.eq(position + 1 == bag_end)
                             with m.If(update):
                                 m.d.sync += [
                                     self.o.payload.table.eq(table),

@@ -143,6 +143,7 @@ def test_checker_table_extents_to_the_line(registered):
     seen = _check_commands(cases, registered=registered)
     assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
 
+
 def _index_mutation(draw, scenario):
     """One random change to offsets or indices."""
     offsets, indices = scenario.offsets.copy(), scenario.indices.copy()
@@ -173,7 +174,7 @@ def _walk(scenario, mode, draw, span=None, *, registered=False):
     ``(first_table, first_position, first_column, end_table, end_position)``: the walk of
     those tables only, fed the words from there on (as the engine's readers do)."""
     dut = OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM, addr_width=ADDR_WIDTH,
-                           registered_checks=registered)
+                           registered_checks=registered, given_entries=registered)
     stall = random.Random(int(draw.integers(1 << 30)))
     occurrences, statuses, starts = [], [], {}
     command = scenario.command()
@@ -209,6 +210,8 @@ def _walk(scenario, mode, draw, span=None, *, registered=False):
         ctx.set(dut.first_table, first_table)
         ctx.set(dut.first_position, first_position)
         ctx.set(dut.first_column, first_column)
+        ctx.set(dut.first_entry, first_table * command["bags"])
+        ctx.set(dut.end_entry, end_table * command["bags"])
         ctx.set(dut.gradient, command["output"] >> 6)
         ctx.set(dut.row_lines, sum(scenario.dims) // 16)
         ctx.set(dut.descriptors.as_value(), scenario.descriptor_bits(ADDR_WIDTH, MAX_TABLES))
@@ -328,11 +331,18 @@ def test_walker_walks_a_span_of_tables_from_where_a_whole_walk_saw_them_start(re
 
 
 def test_walker_offset_checks_parameter():
-    """``registered_checks`` is a yes/no parameter; its stage is a cycle of latency."""
+    """``registered_checks`` and ``given_entries`` are yes/no parameters, the second only
+    with the first; the registered stage is a cycle of latency."""
     with pytest.raises(TypeError, match=r"^Registered checks must be True or False, "
                                         r"not 1$"):
         OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM, addr_width=ADDR_WIDTH,
                          registered_checks=1)
+    with pytest.raises(TypeError, match=r"^Given entries must be True or False, not 1$"):
+        OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM, addr_width=ADDR_WIDTH,
+                         registered_checks=True, given_entries=1)
+    with pytest.raises(ValueError, match=r"^Given entries need registered checks$"):
+        OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM, addr_width=ADDR_WIDTH,
+                         given_entries=True)
     for registered in (False, True):
         walker = OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM,
                                   addr_width=ADDR_WIDTH, registered_checks=registered)
@@ -371,7 +381,7 @@ def test_walker_leaves_no_entry_behind_after_an_error(registered):
     """A walk that stops at an error leaves no offsets entry behind: the next walk on the
     same walker (the engine's next command) starts from its own first entry."""
     dut = OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM, addr_width=ADDR_WIDTH,
-                           registered_checks=registered)
+                           registered_checks=registered, given_entries=registered)
     walks = [[0, 2, 1, 3, 4], [0, 1, 3, 4, 4]]   # the first decreases at entry 2
     statuses = []
 
@@ -380,6 +390,7 @@ def test_walker_leaves_no_entry_behind_after_an_error(registered):
             ctx.set(dut.mode, WalkMode.OFFSETS)
             ctx.set(dut.bags, 2)
             ctx.set(dut.tables, 2)
+            ctx.set(dut.end_entry, 4)
             ctx.set(dut.num_indices, 4)
             ctx.set(dut.start, 1)
             await ctx.tick()
