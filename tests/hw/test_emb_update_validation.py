@@ -144,6 +144,29 @@ def test_checker_table_extents_to_the_line(registered):
     assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
 
 
+@pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
+def test_checker_gradient_extent_at_the_widest_rows(registered):
+    """With every table at the largest dim, a row of the gradient buffer is max_tables *
+    max_dim / 16 lines (the checker's sum of dims at its widest): the buffer that ends at
+    its region's end is inside, one line less of region and it is out."""
+    draw = np.random.default_rng(13)
+    cases = []
+    while len(cases) < 4:
+        scenario = random_scenario(draw, max_tables=MAX_TABLES, dims=(MAX_DIM,),
+                                   rows=(1, 4), bags=(1, 4), bag_length=(0, 2),
+                                   specials=False)
+        if len(scenario.tables) != MAX_TABLES:
+            continue
+        command = scenario.command()
+        end = command["output"] + command["bags"] * MAX_TABLES * MAX_DIM * 4
+        (tables_region, (base, _, enable), disabled) = scenario.regions
+        for size in (end - base, end - base - 64):
+            cases.append(corrupted(scenario, regions=[tables_region, (base, size, enable),
+                                                      disabled]))
+    seen = _check_commands(cases, registered=registered)
+    assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
+
+
 def _index_mutation(draw, scenario):
     """One random change to offsets or indices."""
     offsets, indices = scenario.offsets.copy(), scenario.indices.copy()
