@@ -36,6 +36,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from hw.fanout import LANE_GROUPS, lane_copies, replicated_register, staged_copies
 from hw.fp import FPAdd, FPLanes, FPMul, fp_lanes_signature
@@ -497,7 +498,14 @@ class UpdateDatapath(wiring.Component):
         occurrence = self.accumulate.payload
         line = Signal(self._line_width)
         target = Signal(buffer_address)
-        m.d.comb += target.eq(occurrence.slot * lps + line)
+        if lps & (lps - 1) == 0:
+            # line < lps (a row has at most lps lines), so with lps a power of two the sum is
+            # the two fields side by side: no adder (a LUT level the netlist kept, a carry
+            # into the slot bits) in front of the busy map's choice and the gradient lines'
+            # ready.
+            m.d.comb += target.eq(Cat(line[:exact_log2(lps)], occurrence.slot))
+        else:
+            m.d.comb += target.eq(occurrence.slot * lps + line)
         recent = [Signal(data.StructLayout({"valid": 1, "buffer": buffer_address}),
                          name=f"recent_{age}") for age in range(self.hazard_window)]
         accumulate_go = Signal()
