@@ -439,6 +439,69 @@ def test_walker_leaves_no_entry_behind_after_an_error(registered):
     assert statuses == [(ErrorCode.OFFSETS_DECREASING, 1, 0, 2), (ErrorCode.NONE, 0, 0, 0)]
 
 
+@pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
+def test_walker_takes_indices_only_in_an_index_walks_bags(registered):
+    """An index stream that offers words all along (a reader's word left from an abandoned
+    walk) is read only in an index walk's bags: not after the walk stops at a bad index (in
+    Idle), nor by an OFFSETS walk, which still finds the offsets good."""
+    draw = np.random.default_rng(17)
+    while True:
+        scenario = _base(draw)
+        if scenario.indices.size:
+            break
+    indices = scenario.indices.copy()
+    indices[0] = 1_000   # past every table's rows: the index walk stops at position 0
+    scenario = corrupted(scenario, indices=indices)
+    expected = expected_status(scenario, max_tables=MAX_TABLES, max_dim=MAX_DIM)
+    assert expected["error"] == ErrorCode.INDEX_OUT_OF_RANGE
+    command = scenario.command()
+    dut = OccurrenceWalker(max_tables=MAX_TABLES, max_dim=MAX_DIM, addr_width=ADDR_WIDTH,
+                           registered_checks=registered, given_entries=registered)
+    statuses, taken = [], []
+
+    async def testbench(ctx):
+        ctx.set(dut.bags, command["bags"])
+        ctx.set(dut.tables, command["tables"])
+        ctx.set(dut.end_entry, command["tables"] * command["bags"])
+        ctx.set(dut.num_indices, command["num_indices"])
+        ctx.set(dut.descriptors.as_value(), scenario.descriptor_bits(ADDR_WIDTH, MAX_TABLES))
+        ctx.set(dut.indices.payload, 1_000)
+        ctx.set(dut.indices.valid, 1)
+        for mode in (WalkMode.INDICES, WalkMode.OFFSETS):
+            ctx.set(dut.mode, mode)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            count = 0
+            for word in _words(scenario, "offsets"):
+                ctx.set(dut.offsets.payload, word)
+                ctx.set(dut.offsets.valid, 1)
+                while True:
+                    _, _, offset_taken, index_taken, finished = await ctx.tick().sample(
+                        dut.offsets.ready, dut.indices.ready, dut.status.done)
+                    count += index_taken
+                    if offset_taken or finished:
+                        break
+                if finished:
+                    break
+            ctx.set(dut.offsets.valid, 0)
+            while not ctx.get(dut.status.done):
+                _, _, index_taken = await ctx.tick().sample(dut.indices.ready)
+                count += index_taken
+            for _ in range(4):   # Idle, the index stream still offering a word
+                _, _, index_taken = await ctx.tick().sample(dut.indices.ready)
+                count += index_taken
+            status = ctx.get(dut.status)
+            statuses.append((status.error, status.table, status.bag, status.position))
+            taken.append(count)
+
+    pysim.simulate(dut, testbench, deadline=2_000)
+    assert statuses == [(expected["error"], expected["table"], expected["bag"],
+                         expected["position"]), (ErrorCode.NONE, 0, 0, 0)]
+    # A registered walker takes the bad index (and then stops); the other one does not.
+    assert taken == [int(registered), 0]
+
+
 def test_checker_region_checks_parameter():
     with pytest.raises(TypeError, match=r"^Registered region checks must be True or False, "
                                         r"not 'yes'$"):
