@@ -177,13 +177,14 @@ class OffsetsValidator(wiring.Component):
         active = Signal()
         table = Signal(8)
         table_entry = Signal(32)       # entry where `table` begins (table * bags)
-        # The value of entry cursor - 1 is the last segment's last entry: kept as that
-        # segment's entries and its end in the window, and chosen from them after the
-        # registers, so the segment's length (behind the line's valid) does not steer a 32-bit
-        # choice in front of them. End 0 (after `start`) stands for offsets[-1] = 0.
-        previous = Signal(32)
-        previous_values = [Signal(ENTRY_BITS, name=f"previous_value_{j}") for j in range(WINDOW)]
-        previous_end = Signal(range(WINDOW + 1))
+        # The value lane j's entry must not be below, entry cursor - 1's, is lane j - 1 of
+        # the same window for j > 0 (CHECK mode walks from entry 0, so the last segment ended
+        # there and read the same entry), and for lane 0 the last entry of the window before,
+        # kept here as a step leaves it: no choice of the last segment's end, and one 32-bit
+        # register, not the last segment's four entries (their enable, the step, a LUT behind
+        # the line's valid, was a net to 128 flip-flops: 14.1 ns, 11.4 of it routing, in a
+        # ULX3S build). After `start` it is never read: entry 0 is compared with zero.
+        previous = Signal(ENTRY_BITS, name="previous_value")
         by_tables = Signal()           # CHECK mode with bags: segments stop at table ends
         # The walk's decisions (how far this step goes, whether it leaves the line) come from
         # distances kept in registers, each also as a 3-bit "near" register (the distance,
@@ -217,10 +218,6 @@ class OffsetsValidator(wiring.Component):
                     with m.Case(w):
                         m.d.comb += values[j].eq(lanes[w * WINDOW + j])
         low = cursor[:window_bits]
-        with m.Switch(previous_end):
-            for j in range(1, WINDOW + 1):
-                with m.Case(j):
-                    m.d.comb += previous.eq(previous_values[j - 1])
 
         # This step's segment: up to the window's end (`room`), `end`, or the next table's
         # start, whichever is nearest: its length (one-hot and binary), and whether it ends
@@ -322,9 +319,7 @@ class OffsetsValidator(wiring.Component):
         for j in range(WINDOW):
             # Lane j holds entry end - 1 when it is the left-th entry from the cursor.
             m.d.comb += is_last[j].eq((left_near == j + 1 - low) & (low <= j))
-        befores = [previous if j == 0 else Mux(low == j, previous, values[j - 1])
-                   for j in range(WINDOW)]
-        segment = {"values": values, "befores": befores, "first_window": first_window,
+        segment = {"values": values, "previous": previous, "first_window": first_window,
                    "is_last": is_last, "mask": mask, "window": cursor[window_bits:],
                    "table": table, "table_entry": table_entry, "end": segment_end}
         taken = step    # the segment compared this cycle was taken by the walk this cycle
@@ -345,6 +340,17 @@ class OffsetsValidator(wiring.Component):
                     m.d.sync += registered[name].eq(value)
             segment = registered
 
+        if self._registered_window and self._decide_ahead:
+            # Deciding ahead, the walk takes no segment the cycle after a step, so `previous`
+            # is loaded then, from the window's registers with `taken` (a flip-flop) as its
+            # enable, and the segment's checks read it as it was before the step, unregistered.
+            segment["previous"] = previous
+            with m.If(taken):
+                m.d.sync += previous.eq(segment["values"][WINDOW - 1])
+        else:
+            with m.If(step & ~self.start):
+                m.d.sync += previous.eq(values[WINDOW - 1])
+
         zero_bad = Signal(WINDOW)
         falls = Signal(WINDOW)
         past = Signal(WINDOW)
@@ -354,7 +360,8 @@ class OffsetsValidator(wiring.Component):
             is_first = segment["first_window"] & (j == 0)
             m.d.comb += [
                 zero_bad[j].eq(is_first & (value != 0)),
-                falls[j].eq(~is_first & (value < segment["befores"][j])),
+                falls[j].eq(~is_first & (value < (segment["values"][j - 1] if j
+                                                  else segment["previous"]))),
                 past[j].eq((value > num_indices)
                            | (segment["is_last"][j] & (value != num_indices))),
                 counted[j].eq(value <= threshold),
@@ -431,7 +438,7 @@ class OffsetsValidator(wiring.Component):
                 to_table.eq(self.bags), table_near.eq(near(self.bags, by_tables_at_start)),
                 bags_near.eq(near(self.bags, by_tables_at_start)), at_table_start.eq(1),
                 active.eq(self.first != self.end), table.eq(0), table_entry.eq(0),
-                previous_end.eq(0), self.count.eq(0),
+                self.count.eq(0),
                 self.lines_done.eq(0), self.error.eq(ERROR_LAYOUT.const({})),
                 self.checked.eq(self.first), judge.eq(0),
             ]
@@ -441,10 +448,8 @@ class OffsetsValidator(wiring.Component):
             with m.If(capture & (mode == OffsetsMode.CHECK) & ((bags == 0) | at_table_start)):
                 m.d.sync += [capture_pending.eq(1), capture_every.eq(bags == 0),
                              capture_table.eq(table)]
-            m.d.sync += [cursor.eq(segment_end), previous_end.eq(high),
-                         *(r.eq(v) for r, v in zip(previous_values, values, strict=True)),
-                         left.eq(left_after), left_near.eq(left_near_after),
-                         at_table_start.eq(ends_table)]
+            m.d.sync += [cursor.eq(segment_end), left.eq(left_after),
+                         left_near.eq(left_near_after), at_table_start.eq(ends_table)]
             with m.If(ends_walk):
                 m.d.sync += active.eq(0)
             with m.If(ends_table):
