@@ -338,7 +338,8 @@ class LineRequester(wiring.Component):
         # requests, nine LUT levels in front of the skid buffer and the line register).
         taken = request.valid & request.ready
         lines_left = registered_lines_left(m, issued=issued, end=line_count, advance=taken,
-                                           restart=self.start, at_restart=self.lines != 0)
+                                           restart=self.start, first=0,
+                                           at_restart=self.lines != 0)
         with m.If(self.start):
             m.d.sync += [line_count.eq(self.lines), issued.eq(0), next_line.eq(self.base)]
         with m.Else():
