@@ -585,11 +585,11 @@ class LookupEngine(wiring.Component):
                          windows[name].count.eq(lines)]
 
         def start_offsets_validator(mode, *, capture, first, end, threshold=0):
-            m.d.comb += [offsets_validator.start.eq(1), offsets_validator.mode.eq(mode),
+            m.d.comb += [offsets_validator.mode.eq(mode),
                          offsets_validator.capture.eq(capture),
                          offsets_validator.first.eq(first), offsets_validator.end.eq(end),
                          offsets_validator.threshold.eq(threshold),
-                         offsets_check.restart.eq(1), offsets_check.first.eq(0)]
+                         offsets_check.first.eq(0)]
 
         def start_pass(*, keep_data, capture):
             start_window("offsets", 0, offset_lines)
@@ -616,7 +616,14 @@ class LookupEngine(wiring.Component):
         pass_begins = Signal()   # a pass starts this cycle ...
         first_pass = Signal()    # ... the first (it captures the table starts)
         locate_begins = Signal()  # Locate's count starts this cycle
-        m.d.sync += [pass_begins.eq(0), locate_begins.eq(0)]
+        # Either of them, a register of its own (set with them): the offsets validator's and
+        # its prefetch's start, which reach the validator's every register and the prefetch's
+        # `lines_left`, then leave a flip-flop, not a LUT of the two (a ULX3S build's paths into
+        # the prefetch's `lines_left` and the validator's `active` and cursor).
+        offsets_begins = Signal()
+        m.d.sync += [pass_begins.eq(0), locate_begins.eq(0), offsets_begins.eq(0)]
+        m.d.comb += [offsets_validator.start.eq(offsets_begins),
+                     offsets_check.restart.eq(offsets_begins)]
         with m.If(pass_begins):
             start_pass(keep_data=fits | ~first_pass, capture=first_pass)
         with m.If(locate_begins):
@@ -689,7 +696,8 @@ class LookupEngine(wiring.Component):
                         m.d.sync += [fits.eq(fits_now), weighted.eq(checker.weighted),
                                      keep.eq(fits_now), index_started.eq(0)]
                         m.d.comb += [pooler.start.eq(1), writer.start.eq(1)]
-                        m.d.sync += [pass_begins.eq(1), first_pass.eq(1)]
+                        m.d.sync += [pass_begins.eq(1), first_pass.eq(1),
+                                     offsets_begins.eq(1)]
                         m.next = "Start"
             with m.State("Start"):
                 m.next = "Validate"  # (the first pass starts: pass_begins)
@@ -718,7 +726,8 @@ class LookupEngine(wiring.Component):
                     m.d.sync += keep.eq(1)
                     m.next = "Gather"
                 with m.Else():
-                    m.d.sync += [pass_begins.eq(streams_quiet), first_pass.eq(0)]
+                    m.d.sync += [pass_begins.eq(streams_quiet), first_pass.eq(0),
+                                 offsets_begins.eq(streams_quiet)]
             with m.State("Gather"):
                 m.d.comb += writer.enable.eq(1)
                 with m.If(failed):
@@ -743,7 +752,7 @@ class LookupEngine(wiring.Component):
                 with m.Elif(quiet):
                     m.d.sync += aborting.eq(0)
                     with m.If(locate):
-                        m.d.sync += locate_begins.eq(1)
+                        m.d.sync += [locate_begins.eq(1), offsets_begins.eq(1)]
                         m.next = "Locate"
                     with m.Else():
                         m.next = "Done"
