@@ -698,6 +698,20 @@ class IndexValidator(wiring.Component):
             # comparisons behind the table's choice (a ULX3S build's paths into
             # `segment_is_table`). They are a cycle stale after each change of table, when
             # `rows_fresh` holds the walk anyway.
+            # The end after the next table is a register too, loaded with the table (at a
+            # change of table from a register loaded every cycle with the end after that), so
+            # the flags' comparisons start from flip-flops, not behind the starts' choice by
+            # `table` (a ULX3S build's `next_is_table`, 12.2 ns routed, 8 levels in the
+            # netlist, and `next_exhausted`, 12.2 ns). That register is stale the cycle after
+            # `table` changes, when `rows_fresh` holds the walk and the table.
+            following_end = Signal(32, name="following_end_kept")
+            end_after_following = Signal(32)  # table_starts[table + 3]
+            with m.Switch(table):
+                for t in range(self._max_tables - 2):
+                    with m.Case(t):
+                        m.d.sync += end_after_following.eq(table_starts[t + 3])
+                with m.Default():
+                    m.d.sync += end_after_following.eq(0)
             next_end = Signal(32)
             next_last_line = Signal(28)
             following_last_line = (following_end - 1)[4:32]
@@ -721,6 +735,7 @@ class IndexValidator(wiring.Component):
             # The cursor is at (or moves to) the old table_end.
             if self._replicated_rows:
                 m.d.sync += [table.eq(table + 1), table_end.eq(next_end),
+                             following_end.eq(end_after_following),
                              table_last_line.eq(next_last_line), table_end_final.eq(next_final),
                              table_exhausted.eq(next_exhausted),
                              ends_in_line.eq(next_ends_in_line),
@@ -737,6 +752,8 @@ class IndexValidator(wiring.Component):
             m.d.sync += [
                 num_indices.eq(given_indices), cursor.eq(0), line_after.eq(1), table.eq(0),
                 *load_table_end(table_starts[1], given_indices, at=Const(0, 32)),
+                *([following_end.eq(table_starts[2] if self._max_tables >= 2 else 0)]
+                  if self._replicated_rows else []),
                 active.eq(given_indices != 0), self.lines_done.eq(0),
                 self.error.eq(ERROR_LAYOUT.const({})), self.checked.eq(0), judge.eq(0),
             ]
