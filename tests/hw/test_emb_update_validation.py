@@ -101,6 +101,13 @@ def test_checker_follows_the_documented_order(registered):
     assert seen >= CHECKER_ERRORS - {ErrorCode.BAD_OPCODE} | {ErrorCode.NONE}
 
 
+def _buffers_region_ending_at(scenario, end):
+    """The scenario with its buffers' region ending at ``end``, then one line short of it."""
+    (tables_region, (base, _, enable), disabled) = scenario.regions
+    return [corrupted(scenario, regions=[tables_region, (base, size, enable), disabled])
+            for size in (end - base, end - base - 64)]
+
+
 @pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
 def test_checker_region_ends_to_the_line(registered):
     """A gradient buffer that ends exactly at its region's end is inside; one line less of
@@ -113,14 +120,10 @@ def test_checker_region_ends_to_the_line(registered):
         gradient_bytes = command["bags"] * sum(scenario.dims) * 4
         if gradient_bytes == 0:
             continue
-        end = command["output"] + -(-gradient_bytes // 64) * 64
-        (tables_region, (base, _, enable), disabled) = scenario.regions
-        for size in (end - base, end - base - 64):
-            cases.append(corrupted(scenario, regions=[tables_region, (base, size, enable),
-                                                      disabled]))
+        cases += _buffers_region_ending_at(scenario, command["output"]
+                                           + -(-gradient_bytes // 64) * 64)
     seen = _check_commands(cases, registered=registered)
     assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
-
 
 
 @pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
@@ -158,11 +161,8 @@ def test_checker_gradient_extent_at_the_widest_rows(registered):
         if len(scenario.tables) != MAX_TABLES:
             continue
         command = scenario.command()
-        end = command["output"] + command["bags"] * MAX_TABLES * MAX_DIM * 4
-        (tables_region, (base, _, enable), disabled) = scenario.regions
-        for size in (end - base, end - base - 64):
-            cases.append(corrupted(scenario, regions=[tables_region, (base, size, enable),
-                                                      disabled]))
+        cases += _buffers_region_ending_at(scenario, command["output"]
+                                           + command["bags"] * MAX_TABLES * MAX_DIM * 4)
     seen = _check_commands(cases, registered=registered)
     assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
 
@@ -399,6 +399,25 @@ def test_walker_finds_a_last_entry_short_of_the_indices(registered):
         walks += 1
 
 
+async def _offer_offsets(ctx, dut, words):
+    """Offer ``words`` to the walker's offsets stream, each until it is taken, until the walk
+    finishes; return how many index words the walker took meanwhile."""
+    indices_taken = 0
+    for word in words:
+        ctx.set(dut.offsets.payload, word)
+        ctx.set(dut.offsets.valid, 1)
+        while True:
+            _, _, offset_taken, index_taken, finished = await ctx.tick().sample(
+                dut.offsets.ready, dut.indices.ready, dut.status.done)
+            indices_taken += index_taken
+            if offset_taken or finished:
+                break
+        if finished:
+            break
+    ctx.set(dut.offsets.valid, 0)
+    return indices_taken
+
+
 @pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
 def test_walker_leaves_no_entry_behind_after_an_error(registered):
     """A walk that stops at an error leaves no offsets entry behind: the next walk on the
@@ -418,17 +437,7 @@ def test_walker_leaves_no_entry_behind_after_an_error(registered):
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            for word in words:
-                ctx.set(dut.offsets.payload, word)
-                ctx.set(dut.offsets.valid, 1)
-                while True:
-                    _, _, taken, finished = await ctx.tick().sample(dut.offsets.ready,
-                                                                    dut.status.done)
-                    if taken or finished:
-                        break
-                if finished:
-                    break
-            ctx.set(dut.offsets.valid, 0)
+            await _offer_offsets(ctx, dut, words)
             while not ctx.get(dut.status.done):
                 await ctx.tick()
             status = ctx.get(dut.status)
@@ -472,19 +481,7 @@ def test_walker_takes_indices_only_in_an_index_walks_bags(registered):
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            count = 0
-            for word in _words(scenario, "offsets"):
-                ctx.set(dut.offsets.payload, word)
-                ctx.set(dut.offsets.valid, 1)
-                while True:
-                    _, _, offset_taken, index_taken, finished = await ctx.tick().sample(
-                        dut.offsets.ready, dut.indices.ready, dut.status.done)
-                    count += index_taken
-                    if offset_taken or finished:
-                        break
-                if finished:
-                    break
-            ctx.set(dut.offsets.valid, 0)
+            count = await _offer_offsets(ctx, dut, _words(scenario, "offsets"))
             while not ctx.get(dut.status.done):
                 _, _, index_taken = await ctx.tick().sample(dut.indices.ready)
                 count += index_taken
