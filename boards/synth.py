@@ -105,8 +105,10 @@ EMB_CLOCK_MHZ = 25.0
 #: ``15aa6d5``..``c5463e5`` at 71.3 MHz, and with the decisions a cycle ahead of
 #: ``9e078c5``..``9fbe785`` at seed 3 at 72.1 MHz (64.7 at seed 1), and with the errors
 #: recorded a cycle late and the sign flips in the lanes of ``1b137e9``..``6ecd178`` at seed 3
-#: at 72.3 MHz, the board design's best clock so far (``b011035``: 70.2 at seed 1;
-#: ``0ad511b``: 68.7 at seed 1, with the fewest inputs missing 100 MHz, 765).
+#: at 72.3 MHz (``b011035``: 70.2 at seed 1), and with the word readers' choice registered
+#: and the walks given their entry counts of ``495c306``..``61c3d38`` at 72.0 MHz at seed 1,
+#: with the fewest inputs missing 100 MHz (578), and at 72.5 MHz at seed 3, the board
+#: design's best clock so far.
 #: ``--lane-fold 1`` builds a unit per lane.
 EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": TWO_STAGE_ENGINE_PARAMS, "ulx3s-85f": {"lane_fold": 2}}
 
