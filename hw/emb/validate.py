@@ -16,7 +16,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..fanout import LANE_GROUPS, lane_copies, staged_copies
+from ..fanout import lane_copies, replicated_register
 from ..params import check_bool
 from .layouts import ErrorCode, table_layout
 
@@ -524,12 +524,12 @@ class IndexValidator(wiring.Component):
 
     The current table's row count is a register loaded when the table changes, so the
     lanes' comparators start from flip-flops. With ``replicated_rows`` each lane compares
-    against its own copy of it (:func:`hw.fanout.staged_copies`, through four group copies),
-    loaded two cycles after the count itself, so the walk waits two cycles at each new table:
-    on an FPGA the one register otherwise reaches all 16 lanes' 32-bit comparators over one
-    long net. In those cycles the next table's end and flags, computed ahead into registers,
-    catch up too (a table with no indices then takes three cycles). ``tables`` is read at
-    ``start`` and at each change of table; it must not change while the validator runs.
+    against its own copy of it (:func:`hw.fanout.replicated_register`), loaded a cycle after
+    the count itself, so the walk waits a cycle at each new table: on an FPGA the one register
+    otherwise reaches all 16 lanes' 32-bit comparators over one long net. In that cycle the
+    next table's end and flags, computed ahead into registers, catch up too (a table with no
+    indices then takes two cycles). ``tables`` is read at ``start`` and at each change of
+    table; it must not change while the validator runs.
 
     With ``registered_error`` a bad index stops the walk as it is judged, and the error is
     recorded the cycle after, from registers (the bad lane's number among them) loaded every
@@ -591,20 +591,15 @@ class IndexValidator(wiring.Component):
         # The lanes' copies load from `rows` itself, a cycle behind it, so that only a
         # flip-flop is in front of their 512 inputs (loaded from `rows_next` they were behind
         # the start and the walk's step: 17 ns in a ULX3S build). The cycle after `rows`
-        # takes a new table's count (`rows_fresh`) the walk waits (with `replicated_rows`,
-        # the two cycles after).
+        # takes a new table's count (`rows_fresh`) the walk waits.
         rows_fresh = Signal()
         if self._replicated_rows:
             # The copies ignore the engine's per-command reset: the walk does not read them
-            # until two cycles after `start` loads `rows`. With it, Yosys put `rows & ~reset` in
+            # until a cycle after `start` loads `rows`. With it, Yosys put `rows & ~reset` in
             # a LUT per bit in front of all sixteen copies (a ULX3S build's update validator,
             # 13.1 ns, 10.3 of them the route from that LUT to the copies).
-            # They load through four group copies (`staged_copies`): from `rows` itself, one
-            # of its routes to a lane's copy was 13.3 ns in a ULX3S build (61c3d38, seed 3,
-            # the worst path). They then hold a new count two cycles after `rows`, and
-            # `rows_fresh` holds the walk for both.
-            rows_per_lane = staged_copies(m, rows, copies=LANES, groups=LANE_GROUPS,
-                                          name="rows", reset_less=True)
+            rows_per_lane = replicated_register(m, rows, copies=LANES, name="rows",
+                                                reset_less=True)
         else:
             rows_per_lane = [rows] * LANES
 
@@ -692,12 +687,10 @@ class IndexValidator(wiring.Component):
                     table_end_final.eq(end == indices),
                     *track(end, last_line, end == at, at[4:])]
 
-        rows_fresh_first = Signal()  # the first of the two cycles `rows_fresh` holds
-
         def new_rows(value):
             m.d.comb += rows_next.eq(value)
             if self._replicated_rows:
-                m.d.sync += [rows_fresh.eq(1), rows_fresh_first.eq(1)]
+                m.d.sync += rows_fresh.eq(1)
 
         if self._replicated_rows:
             # The next table's end and flags, computed every cycle into registers: a change
@@ -753,7 +746,7 @@ class IndexValidator(wiring.Component):
             new_rows(following_rows)
 
         if self._replicated_rows:
-            m.d.sync += [rows_fresh.eq(rows_fresh_first), rows_fresh_first.eq(0)]
+            m.d.sync += rows_fresh.eq(0)
         with m.If(self.start):
             new_rows(self.tables[0].rows)
             m.d.sync += [
