@@ -5,6 +5,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.fanout import WORD_SELECT_COPIES, lane_copies, replicated_register, word_of_line
+from hw.params import check_bool
 
 from .layouts import PoolingMode, table_layout
 from .reciprocal import Reciprocal
@@ -64,7 +65,7 @@ class BagSequencer(wiring.Component):
     sequential divider then finds a length's highest bit a cycle before shifting by it (a
     cycle more per MEAN bag).
 
-    With ``entries_given`` the walk's entry count, ``bags * tables + 1``, is the ``entries``
+    With ``given_entries`` the walk's entry count, ``bags * tables + 1``, is the ``entries``
     input (sampled with ``start``), where a caller holds it in a register already.
 
     ``reciprocal_steps_per_cycle`` (a divisor of 24, default 2) is how many quotient bits the
@@ -80,7 +81,7 @@ class BagSequencer(wiring.Component):
     limit : ``In(32)``
         Offsets entries below this have been validated and may be used.
     entries : ``In(32)``
-        With ``entries_given``: ``bags * tables + 1``.
+        With ``given_entries``: ``bags * tables + 1``.
     freed : ``Out(32)``
         Offsets lines no longer needed.
     descriptors : ``Out(stream.Signature(descriptor_layout(...)))``
@@ -90,10 +91,10 @@ class BagSequencer(wiring.Component):
 
     def __init__(self, *, max_tables, addr_width, fifo_depth=None, mean_reciprocal="pipelined",
                  registered_descriptor=False, reciprocal_steps_per_cycle=2,
-                 entries_given=False):
+                 given_entries=False):
         check_mean_reciprocal(mean_reciprocal)
-        self._entries_given = bool(entries_given)
-        self._registered_descriptor = bool(registered_descriptor)
+        self._given_entries = check_bool("Given entries", given_entries)
+        self._registered_descriptor = check_bool("Registered descriptor", registered_descriptor)
         self._max_tables = max_tables
         self._line_addr_width = addr_width - 6
         self._pipelined = mean_reciprocal == "pipelined"
@@ -118,7 +119,7 @@ class BagSequencer(wiring.Component):
             "table_config": In(data.ArrayLayout(table_layout(addr_width), max_tables)),
             "lines": In(stream.Signature(32 * LANES)),
             "limit": In(32),
-            **({"entries": In(32)} if self._entries_given else {}),
+            **({"entries": In(32)} if self._given_entries else {}),
             "freed": Out(32),
             "descriptors": Out(stream.Signature(descriptor_layout(self._line_addr_width))),
             "done": Out(1),
@@ -379,10 +380,10 @@ class BagSequencer(wiring.Component):
             with m.Elif(reciprocal.o.valid):
                 m.d.sync += in_flight.eq(0)
 
-        # With ``entries_given`` the count is the caller's register, not a multiplier (and
+        # With ``given_entries`` the count is the caller's register, not a multiplier (and
         # its adder) of our own in front of `entries` (synthesis shares it with the
         # lookup's: 12.7 ns from the command register on a ULX3S build).
-        walk_entries = self.entries if self._entries_given else self.bags * self.tables + 1
+        walk_entries = self.entries if self._given_entries else self.bags * self.tables + 1
         with m.If(self.start):
             m.d.sync += [
                 bags.eq(self.bags), entries.eq(walk_entries), entry.eq(0),

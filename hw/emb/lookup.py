@@ -330,7 +330,7 @@ class LookupEngine(wiring.Component):
             max_tables=self._max_tables, addr_width=aw, mean_reciprocal=self._mean_reciprocal,
             registered_descriptor=self._fpga_pipelining,
             reciprocal_steps_per_cycle=1 if self._fpga_pipelining else 2,
-            entries_given=True)
+            given_entries=True)
         m.submodules.issuer = issuer = GatherIssuer(
             max_tables=self._max_tables, max_dim=self._max_dim, addr_width=aw,
             bag_slots=self._bag_slots, registered_ready=self._fpga_pipelining,

@@ -50,7 +50,7 @@ def run_sequencer(draw, offsets, bags, *, stalls=True, abandoned_cycles=0, creep
     descriptors never taken), and the walk checked starts over it. With ``creep`` the limit
     grows by one entry every third cycle, so the walk waits at every entry (a line's last
     word and the walk's last entry among them). ``tables`` is what the ``tables`` input
-    says (default: the tables' count); with ``entries_given`` the ``entries`` input holds
+    says (default: the tables' count); with ``given_entries`` the ``entries`` input holds
     the walk's true count. Fails unless every line was taken."""
     dut = BagSequencer(max_tables=len(TABLES), addr_width=ADDR_WIDTH, **params)
 
@@ -67,7 +67,7 @@ def run_sequencer(draw, offsets, bags, *, stalls=True, abandoned_cycles=0, creep
                 data.ArrayLayout(table_layout(ADDR_WIDTH), len(TABLES)).const(TABLES))
         ctx.set(dut.bags, bags)
         ctx.set(dut.tables, len(TABLES) if tables is None else tables)
-        if params.get("entries_given"):
+        if params.get("given_entries"):
             ctx.set(dut.entries, bags * len(TABLES) + 1)
         ctx.set(dut.output_line, OUTPUT_LINE)
         ctx.set(dut.row_lines, ROW_LINES)
@@ -215,14 +215,14 @@ def test_sequencer_starts_over_an_abandoned_walk(registered_descriptor, abandone
 
 @pytest.mark.parametrize("registered_descriptor", [False, True], ids=["formed", "registered"])
 def test_sequencer_walks_the_entry_count_it_is_given(registered_descriptor):
-    """With ``entries_given`` the walk's length is the ``entries`` input (the lookup's
+    """With ``given_entries`` the walk's length is the ``entries`` input (the lookup's
     register), not ``bags * tables + 1`` of its own: here the ``tables`` input says 0 and
     the walk still covers every table."""
     draw = random.Random(3)
     bags = 9
     lengths = [draw.choice([0, 1, 2, 3, 7]) for _ in range(bags * len(TABLES))]
     offsets = [0, *np.cumsum(lengths).tolist()]
-    got, _ = run_sequencer(draw, offsets, bags, tables=0, entries_given=True,
+    got, _ = run_sequencer(draw, offsets, bags, tables=0, given_entries=True,
                            mean_reciprocal="pipelined",
                            registered_descriptor=registered_descriptor)
     expected = expected_descriptors(offsets, bags)
@@ -241,6 +241,13 @@ def test_registered_descriptor_keeps_a_bag_per_cycle(registered_descriptor):
                                 registered_descriptor=registered_descriptor)
     assert len(got) == bags * len(TABLES)
     assert cycles[-1] - cycles[0] == len(cycles) - 1, cycles
+
+
+def test_sequencer_options_are_yes_or_no():
+    for option, name in (("given_entries", "Given entries"),
+                         ("registered_descriptor", "Registered descriptor")):
+        with pytest.raises(TypeError, match=rf"^{name} must be True or False, not 1$"):
+            BagSequencer(max_tables=2, addr_width=ADDR_WIDTH, **{option: 1})
 
 
 def test_sequencer_rejects_reciprocal_steps_that_do_not_divide_24():
