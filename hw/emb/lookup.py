@@ -322,7 +322,8 @@ class LookupEngine(wiring.Component):
         m.submodules.indices_check = indices_check = LinePrefetch(**prefetch)
         m.submodules.offsets_validator = offsets_validator = OffsetsValidator(
             max_tables=self._max_tables, registered_window=self._fpga_pipelining,
-            decide_ahead=self._fpga_pipelining, registered_error=self._fpga_pipelining)
+            decide_ahead=self._fpga_pipelining, registered_error=self._fpga_pipelining,
+            registered_start=self._fpga_pipelining)
         m.submodules.index_validator = index_validator = IndexValidator(
             max_tables=self._max_tables, addr_width=aw,
             replicated_rows=self._fpga_pipelining, registered_error=self._fpga_pipelining)

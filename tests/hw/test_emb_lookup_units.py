@@ -361,7 +361,7 @@ async def feed_until_done(ctx, dut, lines, draw, *, busy=0.3, watch=()):
     pending = list(lines)
     highest_checked = 0
     taken_lines = 0
-    while True:
+    for _ in range(5000):   # (a walk that never ends fails, rather than hangs)
         offer = bool(pending) and draw.random() >= busy
         ctx.set(dut.lines.valid, offer)
         if offer:
@@ -375,17 +375,19 @@ async def feed_until_done(ctx, dut, lines, draw, *, busy=0.3, watch=()):
         if done:
             ctx.set(dut.lines.valid, 0)
             return watched, highest_checked, taken_lines
+    raise AssertionError("the validator is never done")
 
 
 def run_offsets_jobs(jobs, *, seed=0, registered_window=False, decide_ahead=False,
-                     registered_error=False, busy=0.3):
+                     registered_start=False, registered_error=False, busy=0.3):
     """Run OffsetsValidator jobs one after the other in one simulation; return their results
     (the error as a consumer sees it in the first cycle ``done`` is high).
 
     A job is ``(offsets, settings)`` with settings bags, tables, num_indices and optionally
     mode, first, end, threshold."""
     dut = OffsetsValidator(max_tables=8, registered_window=registered_window,
-                           decide_ahead=decide_ahead, registered_error=registered_error)
+                           decide_ahead=decide_ahead, registered_start=registered_start,
+                           registered_error=registered_error)
     draw = random.Random(seed)
     results = []
 
@@ -419,15 +421,18 @@ def run_offsets_jobs(jobs, *, seed=0, registered_window=False, decide_ahead=Fals
     return results
 
 
-REGISTERED_WINDOW = pytest.mark.parametrize(("registered_window", "decide_ahead"),
-                                            [(False, False), (True, False), (True, True)],
-                                            ids=["window", "registered-window", "decided-ahead"])
+# The last is the lookup's with fpga_pipelining.
+REGISTERED_WINDOW = pytest.mark.parametrize(
+    ("registered_window", "decide_ahead", "registered_start"),
+    [(False, False, False), (True, False, False), (True, True, False), (False, False, True),
+     (True, True, True)],
+    ids=["window", "registered-window", "decided-ahead", "registered-start", "fpga"])
 
 
 @REGISTERED_WINDOW
 @pytest.mark.parametrize("registered_error", [False, True], ids=["error", "registered-error"])
 def test_offsets_validator_finds_the_first_problem(registered_window, decide_ahead,
-                                                   registered_error):
+                                                   registered_start, registered_error):
     draw = random.Random(11)
     jobs = []
     for _ in range(40):
@@ -435,7 +440,8 @@ def test_offsets_validator_finds_the_first_problem(registered_window, decide_ahe
         offsets, num_indices = random_offsets(draw, tables, bags)
         jobs.append((offsets, {"bags": bags, "tables": tables, "num_indices": num_indices}))
     results = run_offsets_jobs(jobs, registered_window=registered_window,
-                               decide_ahead=decide_ahead, registered_error=registered_error)
+                               decide_ahead=decide_ahead, registered_start=registered_start,
+                               registered_error=registered_error)
     for (offsets, settings), result in zip(jobs, results, strict=True):
         expected = offsets_reference(offsets, settings["bags"], settings["num_indices"])
         assert result["error"] == expected, (offsets, settings)
@@ -453,14 +459,15 @@ def test_offsets_validator_finds_the_first_problem(registered_window, decide_ahe
 
 
 @REGISTERED_WINDOW
-def test_offsets_validator_counts_bag_starts(registered_window, decide_ahead):
+def test_offsets_validator_counts_bag_starts(registered_window, decide_ahead, registered_start):
     offsets = [0, 3, 3, 7, 9, 9, 9, 12, 20, 21, 30, 31, 32, 40, 41, 43, 44, 50, 51]
-    windows = ((9, 2, 9), (0, 0, 5), (43, 5, 19), (100, 17, 18), (8, 5, 8), (30, 13, 16))
+    windows = ((9, 2, 9), (0, 0, 5), (43, 5, 19), (100, 17, 18), (8, 5, 8), (9, 7, 7),
+               (30, 13, 16))
     jobs = [(offsets, {"bags": 0, "tables": 1, "num_indices": 51, "mode": OffsetsMode.COUNT,
                        "first": first, "end": end, "threshold": threshold})
             for threshold, first, end in windows]
     results = run_offsets_jobs(jobs, registered_window=registered_window,
-                               decide_ahead=decide_ahead)
+                               decide_ahead=decide_ahead, registered_start=registered_start)
     for (threshold, first, end), result in zip(windows, results, strict=True):
         assert result["count"] == sum(v <= threshold for v in offsets[first:end])
         assert result["highest_checked"] == end
@@ -471,6 +478,7 @@ def test_offsets_validator_counts_bag_starts(registered_window, decide_ahead):
 @REGISTERED_WINDOW
 @pytest.mark.parametrize("registered_error", [False, True], ids=["error", "registered-error"])
 def test_offsets_validator_stops_at_the_first_of_close_problems(registered_window, decide_ahead,
+                                                                registered_start,
                                                                 registered_error):
     """With lines always there the walk takes a segment every cycle, so the segments taken
     while a bad one is compared and judged (one, or two with ``registered_window``) must be
@@ -489,8 +497,8 @@ def test_offsets_validator_stops_at_the_first_of_close_problems(registered_windo
     for _, settings in jobs:
         settings.update(bags=bags, tables=tables, num_indices=bags * tables)
     results = run_offsets_jobs(jobs, registered_window=registered_window,
-                               decide_ahead=decide_ahead, registered_error=registered_error,
-                               busy=0)
+                               decide_ahead=decide_ahead, registered_start=registered_start,
+                               registered_error=registered_error, busy=0)
     for (offsets, settings), result in zip(jobs, results, strict=True):
         expected = offsets_reference(offsets, bags, settings["num_indices"])
         assert result["error"] == expected, offsets
@@ -501,9 +509,10 @@ def test_offsets_validator_stops_at_the_first_of_close_problems(registered_windo
 
 
 @REGISTERED_WINDOW
-def test_offsets_validator_checked_follows_the_walk_by_its_latency(registered_window, decide_ahead):
+def test_offsets_validator_checked_follows_the_walk_by_its_latency(registered_window, decide_ahead,
+                                                                   registered_start):
     dut = OffsetsValidator(max_tables=8, registered_window=registered_window,
-                           decide_ahead=decide_ahead)
+                           decide_ahead=decide_ahead, registered_start=registered_start)
     assert dut.checked_latency == (2 if registered_window else 1)
     offsets = list(range(40))
     cycles = {}
@@ -550,11 +559,13 @@ def test_offsets_validator_checked_follows_the_walk_by_its_latency(registered_wi
 
 
 @REGISTERED_WINDOW
-def test_offsets_validator_restarts_mid_walk(registered_window, decide_ahead):
+def test_offsets_validator_restarts_mid_walk(registered_window, decide_ahead, registered_start):
     """A ``start`` while the walk runs drops the segments in flight: the old walk's bad
-    entries, compared or judged when the new one starts, do not count in the new."""
+    entries, compared or judged when the new one starts, do not count in the new. Last, an
+    empty walk restarted the cycle after its start (with ``registered_start``, as it
+    settles): the new walk's start wins, and it is not done before its entries."""
     dut = OffsetsValidator(max_tables=8, registered_window=registered_window,
-                           decide_ahead=decide_ahead)
+                           decide_ahead=decide_ahead, registered_start=registered_start)
     bad = [0, 1, 2, 3] + [1000] * 36          # past the end from entry 4 on
     good = list(range(40))
     results = []
@@ -564,7 +575,7 @@ def test_offsets_validator_restarts_mid_walk(registered_window, decide_ahead):
         ctx.set(dut.end, len(offsets))
         ctx.set(dut.bags, 0)
         ctx.set(dut.tables, 1)
-        ctx.set(dut.num_indices, len(offsets) - 1)
+        ctx.set(dut.num_indices, max(len(offsets) - 1, 0))
         ctx.set(dut.start, 1)
 
     async def testbench(ctx):
@@ -581,9 +592,64 @@ def test_offsets_validator_restarts_mid_walk(registered_window, decide_ahead):
             _, highest_checked, _ = await feed_until_done(ctx, dut, lines_of(good),
                                                           random.Random(delay))
             results.append((ctx.get(dut.error.code), highest_checked))
+        begin(ctx, [])
+        await ctx.tick()
+        begin(ctx, good)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        _, highest_checked, _ = await feed_until_done(ctx, dut, lines_of(good), random.Random(8))
+        results.append((ctx.get(dut.error.code), highest_checked))
 
     simulate(dut, testbench)
-    assert results == [(ErrorCode.NONE, len(good))] * 7
+    assert results == [(ErrorCode.NONE, len(good))] * 8
+
+
+@pytest.mark.parametrize(("registered_window", "decide_ahead"), [(False, False), (True, True)],
+                         ids=["window", "decided-ahead"])
+def test_offsets_validator_registered_start_costs_one_cycle_a_walk(registered_window,
+                                                                   decide_ahead):
+    """With ``registered_start`` the walk's first step, its last, and ``done`` (an empty
+    walk's too) each come one cycle later; the steps between keep their pace. The empty walk
+    follows a full one, whose end leaves ``active`` low and the near values at 0."""
+    timings = {}
+    for registered_start in (False, True):
+        dut = OffsetsValidator(max_tables=8, registered_window=registered_window,
+                               decide_ahead=decide_ahead, registered_start=registered_start)
+        offsets = list(range(40))
+        seen = timings[registered_start] = {}
+
+        async def testbench(ctx, dut=dut, offsets=offsets, seen=seen):
+            for name, first, end in (("walk", 0, len(offsets)), ("empty", 7, 7),
+                                     ("walk after", 0, len(offsets))):
+                ctx.set(dut.mode, OffsetsMode.COUNT)
+                ctx.set(dut.first, first)
+                ctx.set(dut.end, end)
+                ctx.set(dut.threshold, 1000)
+                ctx.set(dut.start, 1)
+                await ctx.tick()
+                ctx.set(dut.start, 0)
+                pending = lines_of(offsets)[first // 16:end // 16 + (end % 16 != 0)]
+                steps = []
+                for cycle in range(60):
+                    ctx.set(dut.lines.valid, bool(pending))
+                    if pending:
+                        ctx.set(dut.lines.payload, pending[0])
+                    _, _, taken, done = await ctx.tick().sample(dut.lines.ready, dut.done)
+                    if pending and taken:
+                        pending.pop(0)
+                        steps.append(cycle)
+                    if done:
+                        break
+                ctx.set(dut.lines.valid, 0)
+                seen[name] = (steps, cycle, ctx.get(dut.count))
+
+        simulate(dut, testbench)
+    for name in ("walk", "empty", "walk after"):
+        (steps, done, count), (late_steps, late_done, late_count) = (timings[False][name],
+                                                                     timings[True][name])
+        assert late_count == count == (0 if name == "empty" else 40), timings
+        assert late_steps == [cycle + 1 for cycle in steps], timings
+        assert late_done == done + 1, timings
 
 
 def test_offsets_validator_rejects_non_bool_options():
@@ -593,6 +659,8 @@ def test_offsets_validator_rejects_non_bool_options():
         OffsetsValidator(max_tables=4, decide_ahead="yes")
     with pytest.raises(TypeError, match=r"^Registered error must be True or False, not 1$"):
         OffsetsValidator(max_tables=4, registered_error=1)
+    with pytest.raises(TypeError, match=r"^Registered start must be True or False, not 1$"):
+        OffsetsValidator(max_tables=4, registered_start=1)
 
 
 def index_reference(indices, starts, rows):
