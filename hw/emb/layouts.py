@@ -19,7 +19,7 @@ from amaranth.lib import data, enum
 
 __all__ = [
     "LINE_BYTES", "ErrorCode", "Opcode", "PoolingMode", "command_layout", "counters_layout",
-    "region_layout", "row_first_line", "status_layout", "table_layout",
+    "region_layout", "row_first_line", "shifted_product", "status_layout", "table_layout",
 ]
 
 LINE_BYTES = 64
@@ -72,7 +72,21 @@ def row_first_line(base_line, row, lines):
     product, synthesis put it in an ECP5 multiplier block, some 5 ns with no register of its
     own, and a carry chain after it."""
     width = len(base_line)
-    terms = [base_line] + [Mux(lines[bit], row << bit, 0)[:width] for bit in range(len(lines))]
+    return _sum_tree([base_line, *_shifted_copies(row, lines, width)], width)
+
+
+def shifted_product(value, factor, width):
+    """``value * factor`` as wide as ``width``, for a factor of a few bits: shifted copies of
+    ``value`` added in a tree (as in ``row_first_line``), carry chains beside their
+    registers rather than an ECP5 multiplier block and the chain that adds its products."""
+    return _sum_tree(_shifted_copies(value, factor, width), width)
+
+
+def _shifted_copies(value, factor, width):
+    return [Mux(factor[bit], value << bit, 0)[:width] for bit in range(len(factor))]
+
+
+def _sum_tree(terms, width):
     while len(terms) > 1:
         pairs = [(terms[k] + terms[k + 1])[:width] for k in range(0, len(terms) - 1, 2)]
         terms = pairs + terms[len(terms) - len(terms) % 2:]

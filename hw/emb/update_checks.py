@@ -28,7 +28,15 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..params import check_bool
-from .layouts import ErrorCode, Opcode, PoolingMode, command_layout, region_layout, table_layout
+from .layouts import (
+    ErrorCode,
+    Opcode,
+    PoolingMode,
+    command_layout,
+    region_layout,
+    shifted_product,
+    table_layout,
+)
 
 __all__ = ["CommandChecker"]
 
@@ -87,14 +95,18 @@ class CommandChecker(wiring.Component):
         # Extents are counted in lines: a table's rows of dim / 16 lines (dim, a multiple of
         # 16, is checked first), a buffer's lines of one. The multiplier is then
         # 40 x log2(max_dim / 16) bits, not 40 x 28 (on an ECP5 the DSP blocks and their
-        # carry chains into `length` were one of the update engine's longest paths).
+        # carry chains into `length` were one of the update engine's longest paths). Of so
+        # few bits it is shifted copies of `factor_a` added (one carry chain on the ULX3S,
+        # whose rows are 1 or 2 lines): as a product synthesis still put it in a multiplier
+        # block, 13.7 ns into `length` at seed 3 of `61c3d38`.
         factor_b = Signal(range(self._max_dim // 16 + 1))
         length = Signal(_LENGTH_WIDTH)
         # The sum of dim over the tables checked so far: only good dims are added, so it
         # fits max_tables * max_dim, and `dims >> 4` is a few bits, not 28: the gradient
-        # buffer's line count `bags * (dims >> 4)` is then one multiplier block, without
-        # the carry chain that adds two blocks' products (11.8 ns into `gradient_lines` in
-        # a ULX3S build at seed 1, 14.3-14.9 ns at seed 3).
+        # buffer's line count `bags * (dims >> 4)` is then shifted copies of `bags` added
+        # (two carry chains on the ULX3S). As two multiplier blocks and the carry chain
+        # adding their products it was 11.8 ns into `gradient_lines` at seed 1, 14.3-14.9 ns
+        # at seed 3; as one block, 12.5 ns at seed 3 of `61c3d38`.
         dims = Signal(range(self._max_tables * self._max_dim + 1))
         weighted = Signal()
         m.d.comb += [self.row_lines.eq(dims >> 4), self.use_weights.eq(weighted)]
@@ -142,7 +154,8 @@ class CommandChecker(wiring.Component):
         m.d.sync += [offset_entries.eq(command.tables * command.bags),
                      offset_lines.eq(lines(offset_entries + 1)),
                      index_lines.eq(lines(command.num_indices)),
-                     gradient_lines.eq(command.bags * (dims >> 4))]
+                     gradient_lines.eq(shifted_product(command.bags, dims >> 4,
+                                                        len(command.bags) + len(dims) - 4))]
 
         with m.FSM():
             with m.State("Idle"):
@@ -171,7 +184,7 @@ class CommandChecker(wiring.Component):
                     ]
 
             with m.State("Length"):
-                m.d.sync += length.eq((factor_a * factor_b) << 6)
+                m.d.sync += length.eq(shifted_product(factor_a, factor_b, _LENGTH_WIDTH - 6) << 6)
                 m.next = "End" if self._registered else "Region"
 
             if self._registered:

@@ -148,6 +148,27 @@ def test_checker_table_extents_to_the_line(registered):
 
 
 @pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
+def test_checker_table_extents_of_odd_line_counts(registered):
+    """Rows of 3, 6 and 7 lines (dim 48, 96, 112), whose line count has several bits set: a
+    table that ends at its region's end is inside, one line less of region and it is out (a
+    row's extent is the sum of shifted copies of the row count, one a set bit)."""
+    draw = np.random.default_rng(17)
+    cases = []
+    while len(cases) < 12:
+        scenario = random_scenario(draw, max_tables=MAX_TABLES, dims=(48, 96, 112),
+                                   rows=(1, 30), bags=(0, 3), bag_length=(0, 3),
+                                   specials=False)
+        last = max(range(len(scenario.tables)), key=lambda t: scenario.table_bases[t])
+        end = scenario.table_bases[last] + scenario.tables[last].nbytes
+        ((base, _, enable), buffers_region, disabled) = scenario.regions
+        for size in (end - base, end - base - 64):
+            cases.append(corrupted(scenario, regions=[(base, size, enable), buffers_region,
+                                                      disabled]))
+    seen = _check_commands(cases, registered=registered)
+    assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
+
+
+@pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
 def test_checker_gradient_extent_at_the_widest_rows(registered):
     """With every table at the largest dim, a row of the gradient buffer is max_tables *
     max_dim / 16 lines (the checker's sum of dims at its widest): the buffer that ends at
@@ -163,6 +184,28 @@ def test_checker_gradient_extent_at_the_widest_rows(registered):
         command = scenario.command()
         cases += _buffers_region_ending_at(scenario, command["output"]
                                            + command["bags"] * MAX_TABLES * MAX_DIM * 4)
+    seen = _check_commands(cases, registered=registered)
+    assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
+
+
+@pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
+def test_checker_gradient_extent_of_the_most_bags(registered):
+    """65,535 bags of max_tables * max_dim / 16 lines: a gradient buffer of 2 ** 21 - 32
+    lines, its line count as wide as the product of the bag count and the lines a row, ends
+    at its region's end inside; one line less of region and it is out."""
+    draw = np.random.default_rng(23)
+    while True:
+        scenario = random_scenario(draw, max_tables=MAX_TABLES, dims=(MAX_DIM,),
+                                   rows=(1, 4), bags=(1, 2), bag_length=(0, 2),
+                                   specials=False)
+        if len(scenario.tables) == MAX_TABLES:
+            break
+    bags = (1 << 16) - 1
+    end = scenario.addresses["output"] + bags * MAX_TABLES * MAX_DIM * 4
+    (tables_region, buffers_region, _) = scenario.regions
+    cases = [corrupted(scenario, bags=bags,
+                       regions=[tables_region, buffers_region, (0, size, 1)])
+             for size in (end, end - 64)]
     seen = _check_commands(cases, registered=registered)
     assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
 
