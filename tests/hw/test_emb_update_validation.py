@@ -169,6 +169,27 @@ def test_checker_table_extents_of_odd_line_counts(registered):
 
 
 @pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
+def test_checker_extents_past_the_address_space(registered):
+    """A table at 2 ** 31 in a region that ends 512 bytes short of 2 ** 32: rows of 512 bytes
+    up to that end are inside; an end at 2 ** 32, at 2 ** 33 (the low 33 bits of the end
+    wrap to 0) and lengths of 2 ** 33 bytes and more (their low 33 bits no more than 512) are
+    out (a check of the end's low bits alone, or of a narrower end, lets them in)."""
+    draw = np.random.default_rng(19)
+    scenario = random_scenario(draw, max_tables=1, dims=(128,), rows=(1, 4), bags=(1, 2),
+                               bag_length=(0, 2), specials=False)
+    (tables_region, buffers_region, _) = scenario.regions
+    everywhere = (0, (1 << 32) - 512, 1)
+    cases = [corrupted(scenario, regions=[tables_region, buffers_region, everywhere],
+                       descriptor_overrides={0: {"base": 1 << 31, "rows": rows}})
+             for rows in ((1 << 22) - 1, 1 << 22, 3 << 22, 1 << 24, (1 << 24) + 1)]
+    expected = [ErrorCode.NONE] + [ErrorCode.ADDRESS_OUT_OF_REGION] * 4
+    assert [expected_status(case, max_tables=MAX_TABLES, max_dim=MAX_DIM)["error"]
+            for case in cases] == expected
+    seen = _check_commands(cases, registered=registered)
+    assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
+
+
+@pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
 def test_checker_gradient_extent_at_the_widest_rows(registered):
     """With every table at the largest dim, a row of the gradient buffer is max_tables *
     max_dim / 16 lines (the checker's sum of dims at its widest): the buffer that ends at
