@@ -215,3 +215,55 @@ def test_a_streaming_read_gives_a_beat_every_cycle():
     run(bram, testbench)
     # `first` counts from the clock edge of the AR handshake to the edge that takes the beat.
     assert cycles["first"] == bram.read_latency + 1, cycles
+
+
+def test_queued_bursts_follow_each_other_without_a_gap():
+    """With `rready` held high, a burst waiting behind the head moves up as the head's last beat
+    issues: the beats of back-to-back bursts come one a cycle, the second burst's first beat
+    right after the first's last."""
+    init = [line(k) for k in range(16)]
+    bram = AxiBram(depth=16, init=init, addr_width=12, id_width=2)
+    bursts = [(3, 2, 1), (9, 2, 2), (14, 3, 3)]  # the last runs past the end
+    seen = []
+
+    async def addresses(ctx):
+        axi = bram.axi
+        for first, length, ident in bursts:
+            ctx.set(axi.arid, ident)
+            ctx.set(axi.araddr, first * 64)
+            ctx.set(axi.arlen, length - 1)
+            ctx.set(axi.arvalid, 1)
+            await ctx.tick().until(axi.arready)
+        ctx.set(axi.arvalid, 0)
+
+    async def beats(ctx):
+        axi = bram.axi
+        ctx.set(axi.rready, 1)
+        cycle = 0
+        while len(seen) < 7:
+            _, _, valid, rid, data, resp, last = await ctx.tick().sample(
+                axi.rvalid, axi.rid, axi.rdata, axi.rresp, axi.rlast)
+            cycle += 1
+            if valid:
+                seen.append((cycle, rid, data if resp == 0 else 0, resp, last))
+
+    run(bram, addresses, beats)
+    first = seen[0][0]
+    assert [c - first for c, *_ in seen] == list(range(7))
+    assert [tuple(beat) for _, *beat in seen] == [
+        (1, init[3], 0, 0), (1, init[4], 0, 1), (2, init[9], 0, 0), (2, init[10], 0, 1),
+        (3, init[14], 0, 0), (3, init[15], 0, 0), (3, 0, 3, 1)]
+
+
+def test_a_burst_past_the_end_of_the_address_space_does_not_wrap():
+    """The beat after the address space's last line is outside the memory, not line 0."""
+    init = [line(k) for k in range(64)]
+    bram = AxiBram(depth=64, init=init, addr_width=12, id_width=1)
+    seen = {}
+
+    async def testbench(ctx):
+        seen["read"] = await read_burst(ctx, bram.axi, 63 * 64, 2, ident=1)
+
+    run(bram, testbench)
+    assert [(rid, resp) for rid, _, resp in seen["read"]] == [(1, 0), (1, 3)]
+    assert seen["read"][0][1] == init[63]
