@@ -61,9 +61,10 @@ class UniqueRows(wiring.Component):
     is full one is taken only the cycle after its comparison found its key (a cycle more per
     occurrence then, against one per cycle). Nor do they reach the count's enable or the
     output's slot register: an occurrence's comparison is registered with it in ``o``, its
-    slot and ``fresh`` are chosen from those registers, and a new row is counted and its key
-    written as it leaves ``o`` (``count``, ``key`` and the comparisons see it there until
-    then). The slots, the chunks and every output's timing are the same.
+    slot and ``fresh`` are chosen from those registers, and a new row is counted as it leaves
+    ``o``, its key written into the uncounted slot while it waits there (``count``, ``key`` and
+    the comparisons see it in ``o`` until then). The slots, the chunks and every output's
+    timing are the same.
     """
 
     def __init__(self, *, capacity, table_width, payload_shape, registered_accept=False):
@@ -115,7 +116,7 @@ class UniqueRows(wiring.Component):
         if registered:
             # The occurrence in `o` was compared as it was taken: whether its key was known
             # then (`held_hit`), the slot found and its key. A new one (`held_new`) takes slot
-            # `count`, and its key is written as it leaves `o`: until then the comparisons
+            # `count`, and is counted as it leaves `o`: until then the comparisons
             # see it in `held_key`, in slot `count`. (They count only with `o.valid`, and have
             # no reset: the engine's per-command reset would reach the comparisons' ends.)
             held_hit = Signal(reset_less=True)
@@ -171,9 +172,9 @@ class UniqueRows(wiring.Component):
             if not registered:
                 m.d.comb += insert.eq(~hit)
         if registered:
-            # A new row is counted, and its key written, as it leaves `o`: the comparisons
-            # reach registers' data only (the occurrence's, loaded whenever `o` is free), not
-            # the count's, the keys' or the room's enables.
+            # A new row is counted as it leaves `o` (its key written while it waits): the
+            # comparisons reach registers' data only (the occurrence's, loaded whenever `o` is
+            # free), not the count's, the keys' or the room's enables.
             m.d.comb += insert.eq(held_new & self.o.ready)
         with m.If(self.clear):
             m.d.sync += count.eq(0)
@@ -201,9 +202,15 @@ class UniqueRows(wiring.Component):
         # One enable per key, not a switch over ``count`` in every key's process: that is
         # capacity x capacity cases in the netlist (1,024 slots: a million, more than
         # Verilator's memory holds).
+        # With registered_accept a new row's key is written into slot `count` for as long as
+        # it waits in `o`, not only as it leaves: the slot is compared only once counted,
+        # `key` answers for it from `held_key` meanwhile, and the row does leave (nothing
+        # clears a chunk under it), so the key's enables are registers' logic, not behind
+        # the consumer's `o.ready` (12.59 ns into the keys' enables in a ULX3S build).
         written_key = held_key if registered else wanted
+        writing = held_new if registered else insert
         for slot, key in enumerate(keys):
-            with m.If(insert & (count == slot)):
+            with m.If(writing & (count == slot)):
                 m.d.sync += key.eq(written_key)
 
         with m.Switch(self.key_slot):
