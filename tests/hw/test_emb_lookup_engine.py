@@ -185,6 +185,32 @@ def test_lookup_end_to_end_in_pysim(mean_reciprocal, changes, ar_stall_seed):
     assert untouched == bytes(placements[2].output_bytes)
 
 
+@pytest.mark.parametrize("changes", [{}, FPGA_PIPELINING], ids=["pipelined", "fpga-pipelining"])
+def test_lookup_locates_an_index_error_in_its_last_table(changes):
+    """An index out of range in the fourth of four tables (the engine's max_tables): the bag
+    search counts that table's offsets, whose ends (3 * bags and 4 * bags) need the table's
+    two bits and three for the one after it."""
+    rng = np.random.default_rng(5)
+    while not ((case := random_case(rng, max_tables=4, dims=(16,), max_bags=3, max_bag=4,
+                                    max_rows=5, modes=[PoolingMode.SUM]))
+               .offsets[-1] > case.offsets[-1 - case.bags] and len(case.tables) == 4):
+        pass
+    last_table = 3
+    table_offsets = case.offsets[last_table * case.bags:]
+    # The table's first index, so the bag found is not simply its last one.
+    position = int(table_offsets[0])
+    indices = case.indices.copy()
+    indices[position] = case.tables[last_table].shape[0]
+    bad = LookupCase(case.tables, case.modes, case.bags, indices, case.offsets, case.weights)
+    memory = Memory()
+    commands, tables, _ = place_cases(memory, (bad,))
+    (status,) = run_commands(LookupEngine(**{**PARAMS, **changes}), memory, commands,
+                             tables, REGIONS)
+    bag = max(b for b in range(case.bags) if table_offsets[b] <= position)
+    assert (status.error, status.table, status.bag, status.position) == (
+        ErrorCode.INDEX_OUT_OF_RANGE, last_table, bag, position)
+
+
 def test_deferred_lookup_leaves_mean_bags_unscaled():
     """``defer_mean``: MEAN bags come out as their sums (a relaxed lookup's stale result before
     its correction); the next command, without it, scales again."""
