@@ -6,10 +6,12 @@ import itertools
 import random
 
 import pytest
+from amaranth.hdl import Module, Signal
 from amaranth.lib import data
+from amaranth.sim import Simulator
 
 from hw.emb.bags import descriptor_layout
-from hw.emb.gather import ONE, GatherIssuer, OpKind
+from hw.emb.gather import ONE, GatherIssuer, OpKind, _first_minimum
 from hw.emb.layouts import ErrorCode, PoolingMode, table_layout
 from tb import pysim
 
@@ -347,3 +349,28 @@ def test_issuer_frees_only_lines_it_has_read_and_restarts_from_zero(stages):
     assert seen["freed_before_restart"] == len(indices) // LANES
     assert seen["freed_after_restart"] and set(seen["freed_after_restart"]) == {0}, \
         seen["freed_after_restart"][:8]
+
+
+@pytest.mark.parametrize("count", [2, 3, 4])
+def test_first_minimum_is_the_least(count):
+    """The issuer's oldest position from its staged minima (``_first_minimum``): every pair
+    compared at once, the first of the least chosen, with ties (the all-ones of slots not in
+    use among them) and values that differ in one bit."""
+    values = [Signal(32, name=f"value_{k}") for k in range(count)]
+    least = Signal(32)
+    m = Module()
+    m.d.comb += least.eq(_first_minimum(values))
+    draw = random.Random(count)
+
+    async def testbench(ctx):
+        for _ in range(400):
+            base = draw.getrandbits(32)
+            drawn = [draw.choice([0, 0xFFFF_FFFF, base, base ^ (1 << draw.randrange(32)),
+                                  draw.getrandbits(32)]) for _ in values]
+            for signal, value in zip(values, drawn, strict=True):
+                ctx.set(signal, value)
+            assert ctx.get(least) == min(drawn), drawn
+
+    sim = Simulator(m)
+    sim.add_testbench(testbench)
+    sim.run()
