@@ -747,16 +747,9 @@ class LookupEngine(wiring.Component):
                 with m.Elif(finished):
                     m.next = "Done"
             with m.State("Abort"):
-                # The failing table's offsets entries, for Locate, into registers: the
-                # multiplier is then not in front of the window's and the validator's start
-                # arithmetic (a ULX3S build's longest path). The error is recorded in Abort's
-                # first cycle, which never leaves, so they are final by Locate.
-                m.d.sync += [locate_first.eq(status.table[:table_bits] * command.bags),
-                             locate_end.eq(locate_table_after * command.bags),
-                             recording.eq(0)]
+                m.d.sync += recording.eq(0)
                 with m.If(recording):
                     m.d.sync += [
-                        locate_table_after.eq(found_then.table[:table_bits] + 1),
                         status.error.eq(found_then.code), status.table.eq(found_then.table),
                         status.bag.eq(found_then.bag), status.position.eq(found_then.position),
                         locate.eq(locate_then & (found_then.code == ErrorCode.INDEX_OUT_OF_RANGE)),
@@ -783,6 +776,15 @@ class LookupEngine(wiring.Component):
                 m.d.comb += self.done.valid.eq(1)
                 with m.If(self.done.ready):
                     m.next = "Idle"
+        # The failing table's offsets entries, for Locate, into registers: the multiplier is
+        # then not in front of the window's and the validator's start arithmetic (a ULX3S
+        # build's longest path). The error is recorded in Abort's first cycle (`recording`,
+        # set only as Abort begins), which never leaves, so they are final by Locate. Loaded
+        # every cycle, not in Abort alone: their 64 enables are not the state's decode.
+        m.d.sync += [locate_first.eq(status.table[:table_bits] * command.bags),
+                     locate_end.eq(locate_table_after * command.bags)]
+        with m.If(recording):
+            m.d.sync += locate_table_after.eq(found_then.table[:table_bits] + 1)
         # The status register in every state (it counts only with `valid`, in Done), not
         # behind the state's decode into the device's status skid buffer.
         m.d.comb += self.done.payload.eq(status)

@@ -17,7 +17,7 @@ from hw.emb.layouts import (
     table_layout,
 )
 from hw.emb.lookup import LookupEngine
-from tb.emb.cases import LookupCase, Placement, golden, random_case, same_bits
+from tb.emb.cases import LookupCase, Placement, golden, random_case, random_table, same_bits
 from tb.pysim import simulate
 
 AW = 32
@@ -68,9 +68,11 @@ def place_cases(memory, cases):
     return commands, tables, placements
 
 
-def run_commands(engine, memory, commands, tables, regions, defer_mean=None, ar_stalls=None):
+def run_commands(engine, memory, commands, tables, regions, defer_mean=None, ar_stalls=None,
+                 bad_reads=()):
     """Run ``commands`` on ``engine`` against ``memory``; with ``ar_stalls`` (a
-    ``random.Random``) the memory's ``arready`` is low in a third of the cycles."""
+    ``random.Random``) the memory's ``arready`` is low in a third of the cycles; a read of a
+    line in ``bad_reads`` (addresses) is answered with SLVERR."""
     statuses = []
     defer_mean = defer_mean or [0] * len(commands)
 
@@ -118,7 +120,7 @@ def run_commands(engine, memory, commands, tables, regions, defer_mean=None, ar_
                     waiting.remove(ready[-1])
                     ctx.set(axi.rid, ident)
                     ctx.set(axi.rdata, int.from_bytes(memory.read(address, 64), "little"))
-                    ctx.set(axi.rresp, 0)
+                    ctx.set(axi.rresp, 2 if address in bad_reads else 0)
                 if done_valid:
                     statuses.append(done_payload)
                     break
@@ -209,6 +211,30 @@ def test_lookup_locates_an_index_error_in_its_last_table(changes):
     bag = max(b for b in range(case.bags) if table_offsets[b] <= position)
     assert (status.error, status.table, status.bag, status.position) == (
         ErrorCode.INDEX_OUT_OF_RANGE, last_table, bag, position)
+
+
+@pytest.mark.parametrize("changes", [{}, FPGA_PIPELINING], ids=["pipelined", "fpga-pipelining"])
+def test_lookup_locates_an_index_error_despite_a_bus_error_behind_it(changes):
+    """An index out of range in the second table's first bag, and a bus error on an index
+    line read before the validator reached it and answered after the abort: the status is
+    the index error recorded as Abort began (not the bus error, table 0, that the error
+    choice holds later), and the bag search finds its bag."""
+    rng = np.random.default_rng(7)
+    tables = [random_table(rng, 4, 16), random_table(rng, 4, 16)]
+    # Bags of 10 and 8 indices, then 8 and 17: 43 indices, three lines, one more than the
+    # index window holds, so line 2 is read once the validator has freed line 0.
+    offsets = np.asarray([0, 10, 18, 26, 43], dtype=np.uint32)
+    indices = rng.integers(0, 4, 43).astype(np.uint32)
+    position = 20
+    indices[position] = 4
+    case = LookupCase(tables, [PoolingMode.SUM] * 2, 2, indices, offsets,
+                      np.zeros(43, dtype=np.float32))
+    memory = Memory()
+    commands, table_entries, placements = place_cases(memory, (case,))
+    (status,) = run_commands(LookupEngine(**{**PARAMS, **changes}), memory, commands,
+                             table_entries, REGIONS, bad_reads={placements[0].indices + 128})
+    assert (status.error, status.table, status.bag, status.position) == (
+        ErrorCode.INDEX_OUT_OF_RANGE, 1, 0, position)
 
 
 def test_deferred_lookup_leaves_mean_bags_unscaled():
