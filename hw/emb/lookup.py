@@ -525,7 +525,16 @@ class LookupEngine(wiring.Component):
         m.d.comb += [axi.rready.eq(1),
                      for_stream.eq(Cat(axi.rvalid & (axi.rid == n_ids + k)
                                        for k in range(len(_STREAMS))))]
-        m.d.sync += [r_id.eq(axi.rid), r_data.eq(axi.rdata),
+        if self._fpga_pipelining:
+            # Loaded with a beat only: loaded every cycle, it was the same flip-flops as the
+            # update engine's staged read data (Yosys merges registers of one input), which
+            # then ran from here to the update router's line memories (a 13.0 ns route in a
+            # ULX3S build). Nothing reads it but with a beat.
+            with m.If(axi.rvalid):
+                m.d.sync += r_data.eq(axi.rdata)
+        else:
+            m.d.sync += r_data.eq(axi.rdata)
+        m.d.sync += [r_id.eq(axi.rid),
                      r_error.eq(axi.rresp != 0),
                      r_for_reorder.eq(axi.rvalid & (axi.rid < n_ids)),
                      r_for_stream.eq(for_stream)]
