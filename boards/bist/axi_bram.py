@@ -73,7 +73,7 @@ class AxiBram(wiring.Component):
         self._init = init
         self._addr_width = addr_width
         self._id_width = id_width
-        self._registered_read = check_bool("registered_read", registered_read)
+        self._registered_read = check_bool("Registered read", registered_read)
         super().__init__({"axi": In(signature)})
 
     @property

@@ -149,7 +149,7 @@ def test_parameters_are_validated():
     with pytest.raises(ValueError, match=r"^Initial line 1 must be an unsigned integer of 512 "
                                          r"bits$"):
         AxiBram(depth=2, init=[0, -1])
-    with pytest.raises(TypeError, match=r"^registered_read must be True or False, not 1$"):
+    with pytest.raises(TypeError, match=r"^Registered read must be True or False, not 1$"):
         AxiBram(depth=2, registered_read=1)
 
 
