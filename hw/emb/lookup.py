@@ -774,11 +774,18 @@ class LookupEngine(wiring.Component):
                 m.d.sync += keep.eq(0)  # (the count starts: locate_begins)
                 m.next = "Counting"
             with m.State("Counting"):
+                # A bus error is recorded in every Counting cycle it is seen, not as the count
+                # ends: the window's error holds from Locate's start to the next command's, so
+                # the status is the same by Done, and the status's clear (its fields' reset)
+                # waits for the state and that flip-flop alone, not for the validator's done
+                # and the window's idle behind it (a ULX3S build's path into the status
+                # register's resets, 12.94 ns). The count has sampled status.position (its
+                # threshold) and locate_first status.table at Locate's start, before this.
+                with m.If(windows["offsets"].error):
+                    m.d.sync += [status.error.eq(ErrorCode.BUS_ERROR), status.table.eq(0),
+                                 status.position.eq(0)]
                 with m.If(offsets_validator.done & windows["offsets"].idle):
-                    with m.If(windows["offsets"].error):
-                        m.d.sync += [status.error.eq(ErrorCode.BUS_ERROR), status.table.eq(0),
-                                     status.position.eq(0)]
-                    with m.Else():
+                    with m.If(~windows["offsets"].error):
                         m.d.sync += status.bag.eq(offsets_validator.count - 1)
                     m.next = "Done"
             with m.State("Done"):
