@@ -107,8 +107,10 @@ EMB_CLOCK_MHZ = 25.0
 #: recorded a cycle late and the sign flips in the lanes of ``1b137e9``..``6ecd178`` at seed 3
 #: at 72.3 MHz (``b011035``: 70.2 at seed 1), and with the word readers' choice registered
 #: and the walks given their entry counts of ``495c306``..``61c3d38`` at 72.0 MHz at seed 1,
-#: with the fewest inputs missing 100 MHz (578), and at 72.5 MHz at seed 3, the best
-#: clock of any board design kept.
+#: with the fewest inputs missing 100 MHz (578), and at 72.5 MHz at seed 3, and with the
+#: offsets validator's start settled a cycle and the multipliers out of the checker and
+#: Locate of ``de2e10d``..``87a4581`` at 73.6 MHz at seed 1 and 75.2 MHz at seed 3, the
+#: best clock of any board design kept.
 #: ``--lane-fold 1`` builds a unit per lane.
 EMB_BOARD_ENGINE_PARAMS = {"ecpix5-85": TWO_STAGE_ENGINE_PARAMS, "ulx3s-85f": {"lane_fold": 2}}
 
