@@ -11,7 +11,6 @@ from amaranth.lib import data, fifo, memory, wiring
 from amaranth.lib.wiring import In
 
 from hw.mem.axi import AXI4Signature
-from hw.params import check_bool
 
 __all__ = ["LINE_BITS", "AxiBram"]
 
@@ -24,18 +23,12 @@ class AxiBram(wiring.Component):
 
     INCR bursts of full-width beats (``arsize``/``awsize`` are not looked at; the managers in
     this project only use full-width beats). A beat outside the memory is answered with
-    DECERR and writes nothing. Reads return one beat per cycle, :attr:`read_latency` (two;
-    three with ``registered_read``) cycles after their AR handshake; a write lands the cycle
-    after its W beat is accepted (the block RAM's write port is fed from registers: the EBRs
-    sit in fixed columns, and the W handshake's logic in front of them was a 20 ns path in a
-    ULX3S build) and its B response follows the last beat no earlier, so a read issued after
-    a B response sees the data. Up to two bursts of each kind are accepted ahead.
-
-    With ``registered_read`` the read data leaves from a register loaded from the block RAM
-    (one cycle more, :attr:`read_latency` three): an ECP5 block RAM's data comes 5.6 ns after
-    the clock without its output register, which Yosys does not use, and then crossed the die
-    to both engines (a ULX3S build's 13.3 ns path). The block RAM's output and the register
-    move together, so a beat still leaves every cycle under ``rready``.
+    DECERR and writes nothing. Reads return one beat per cycle, :attr:`read_latency` (two)
+    cycles after their AR handshake; a write lands the cycle after its W beat is accepted
+    (the block RAM's write port is fed from registers: the EBRs sit in fixed columns, and
+    the W handshake's logic in front of them was a 20 ns path in a ULX3S build) and its B
+    response follows the last beat no earlier, so a read issued after a B response sees the
+    data. Up to two bursts of each kind are accepted ahead.
 
     Parameters (keyword-only)
     -------------------------
@@ -46,15 +39,13 @@ class AxiBram(wiring.Component):
     addr_width, id_width : int
         As the manager's :class:`~hw.mem.axi.AXI4Signature`; the memory must fit the
         address space.
-    registered_read : bool
-        Read data from a register (above). Default False.
 
     Members
     -------
     axi : ``In(AXI4Signature(addr_width=addr_width, data_width=512, id_width=id_width))``
     """
 
-    def __init__(self, *, depth, init=(), addr_width=48, id_width=8, registered_read=False):
+    def __init__(self, *, depth, init=(), addr_width=48, id_width=8):
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < 2:
             raise ValueError(f"Depth must be an integer of at least 2, not {depth!r}")
         signature = AXI4Signature(addr_width=addr_width, data_width=LINE_BITS,
@@ -73,7 +64,6 @@ class AxiBram(wiring.Component):
         self._init = init
         self._addr_width = addr_width
         self._id_width = id_width
-        self._registered_read = check_bool("Registered read", registered_read)
         super().__init__({"axi": In(signature)})
 
     @property
@@ -83,7 +73,7 @@ class AxiBram(wiring.Component):
     @property
     def read_latency(self):
         """Cycles from an AR handshake to its first beat on R (with ``rready`` high)."""
-        return 3 if self._registered_read else 2
+        return 2
 
     def elaborate(self, platform):
         m = Module()
@@ -115,43 +105,20 @@ class AxiBram(wiring.Component):
         left = Signal(8)        # beats after the next one
         last = Signal()         # the next beat is the burst's last: left == 0
         read_line = Signal(line_width + 1)  # a carry bit: a burst may run past the end
-        # The beat in the block RAM's output.
         r_valid = Signal()
         r_id = Signal(self._id_width)
         r_last = Signal()
         r_error = Signal()
-        if self._registered_read:
-            # The output register loads from the block RAM whenever it is free or taken, and
-            # the block RAM's output moves on with it (`taken` is its `rready`). Its data
-            # loads only with a beat: an enable of its own, not `taken`, so that the 512
-            # enables are not the net the issue decision (into the read address and the
-            # queue) hangs behind (in a synthesis with `taken` on the data, the read
-            # address's enable went from 4 LUT levels and 10.9 ns estimated to 5 and 13.9).
-            out_valid = Signal()
-            out_id = Signal(self._id_width)
-            out_last = Signal()
-            out_error = Signal()
-            out_data = Signal(LINE_BITS, reset_less=True)
-            taken = ~out_valid | axi.rready
-            with m.If(taken):
-                m.d.sync += [out_valid.eq(r_valid), out_id.eq(r_id), out_last.eq(r_last),
-                             out_error.eq(r_error)]
-            with m.If(r_valid & taken):
-                m.d.sync += out_data.eq(read.data)
-        else:
-            out_valid, out_id, out_last, out_error, out_data = (r_valid, r_id, r_last,
-                                                                r_error, read.data)
-            taken = axi.rready
-        issue = head_valid & (~r_valid | taken)
+        issue = head_valid & (~r_valid | axi.rready)
         m.d.comb += [
             axi.arready.eq(~waiting_valid),
             read.addr.eq(read_line),
             read.en.eq(issue),
-            axi.rvalid.eq(out_valid),
-            axi.rid.eq(out_id),
-            axi.rdata.eq(out_data),
-            axi.rresp.eq(Mux(out_error, _DECERR, _OKAY)),
-            axi.rlast.eq(out_last),
+            axi.rvalid.eq(r_valid),
+            axi.rid.eq(r_id),
+            axi.rdata.eq(read.data),
+            axi.rresp.eq(Mux(r_error, _DECERR, _OKAY)),
+            axi.rlast.eq(r_last),
         ]
         with m.If(axi.arvalid & ~waiting_valid):
             m.d.sync += [waiting_valid.eq(1),
@@ -159,7 +126,7 @@ class AxiBram(wiring.Component):
         with m.If(issue):
             m.d.sync += [r_valid.eq(1), r_id.eq(head_id), r_last.eq(last),
                          r_error.eq(~inside(read_line))]
-        with m.Elif(taken):
+        with m.Elif(axi.rready):
             m.d.sync += r_valid.eq(0)
         move_up = waiting_valid & (~head_valid | (issue & last))
         with m.If(move_up):

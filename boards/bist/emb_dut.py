@@ -154,11 +154,8 @@ class EngineUnderTest(wiring.Component):
         check_engine(engine)
         params = {**ENGINE_DEFAULTS, **engine_params}
         self.engine = ENGINES[engine](params)
-        # The FPGA builds (`fpga_pipelining`) read the memory from a register: a cycle of
-        # read latency, which the engines take as any memory's.
         self.memory = AxiBram(depth=memory_depth, init=memory_init,
-                              addr_width=params["addr_width"], id_width=params["id_width"],
-                              registered_read=params["fpga_pipelining"])
+                              addr_width=params["addr_width"], id_width=params["id_width"])
         self.params = params
         self.layout = step_layout(addr_width=params["addr_width"],
                                   max_tables=params["max_tables"],

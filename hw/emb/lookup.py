@@ -525,16 +525,7 @@ class LookupEngine(wiring.Component):
         m.d.comb += [axi.rready.eq(1),
                      for_stream.eq(Cat(axi.rvalid & (axi.rid == n_ids + k)
                                        for k in range(len(_STREAMS))))]
-        if self._fpga_pipelining:
-            # Loaded with a beat only: loaded every cycle, it was the same flip-flops as the
-            # update engine's staged read data (Yosys merges registers of one input), which
-            # then ran from here to the update router's line memories (a 13.0 ns route in a
-            # ULX3S build). Nothing reads it but with a beat.
-            with m.If(axi.rvalid):
-                m.d.sync += r_data.eq(axi.rdata)
-        else:
-            m.d.sync += r_data.eq(axi.rdata)
-        m.d.sync += [r_id.eq(axi.rid),
+        m.d.sync += [r_id.eq(axi.rid), r_data.eq(axi.rdata),
                      r_error.eq(axi.rresp != 0),
                      r_for_reorder.eq(axi.rvalid & (axi.rid < n_ids)),
                      r_for_stream.eq(for_stream)]
@@ -774,18 +765,11 @@ class LookupEngine(wiring.Component):
                 m.d.sync += keep.eq(0)  # (the count starts: locate_begins)
                 m.next = "Counting"
             with m.State("Counting"):
-                # A bus error is recorded in every Counting cycle it is seen, not as the count
-                # ends: the window's error holds from Locate's start to the next command's, so
-                # the status is the same by Done, and the status's clear (its fields' reset)
-                # waits for the state and that flip-flop alone, not for the validator's done
-                # and the window's idle behind it (a ULX3S build's path into the status
-                # register's resets, 12.94 ns). The count has sampled status.position (its
-                # threshold) and locate_first status.table at Locate's start, before this.
-                with m.If(windows["offsets"].error):
-                    m.d.sync += [status.error.eq(ErrorCode.BUS_ERROR), status.table.eq(0),
-                                 status.position.eq(0)]
                 with m.If(offsets_validator.done & windows["offsets"].idle):
-                    with m.If(~windows["offsets"].error):
+                    with m.If(windows["offsets"].error):
+                        m.d.sync += [status.error.eq(ErrorCode.BUS_ERROR), status.table.eq(0),
+                                     status.position.eq(0)]
+                    with m.Else():
                         m.d.sync += status.bag.eq(offsets_validator.count - 1)
                     m.next = "Done"
             with m.State("Done"):

@@ -45,10 +45,9 @@ class UniqueRows(wiring.Component):
     count : ``Out(range(capacity + 1))``
         Slots in use.
     clear : ``In(1)``
-        Forget every row (start a new chunk). No occurrence is accepted in that cycle; with
-        ``registered_accept`` one may be, as the new chunk's first row, and ``clear`` must
-        come only while ``o`` holds no occurrence (the engine clears a chunk once it has
-        drained).
+        Forget every row (start a new chunk). No occurrence is accepted in that cycle. With
+        ``registered_accept`` only while ``o`` holds no occurrence (the engine clears a
+        chunk once it has drained).
     key_slot : ``In(range(capacity))``, key : ``Out({"table", "row": 32})``
         The key held in a slot (combinational read), for the update pass.
     probe : ``In(1)``, probe_key : ``In({"table", "row": 32})``
@@ -167,12 +166,7 @@ class UniqueRows(wiring.Component):
         insert = Signal()   # a new row takes slot `count`
         with m.If(self.o.ready):
             m.d.sync += self.o.valid.eq(0)
-        # With registered_accept `clear` stays out of `i.ready`: behind it is the engine's
-        # decision that a chunk is done, and `i.ready` is the enable of the queue's output
-        # register in front of it (a ULX3S build's 12.42 ns into 67 of its bits). An
-        # occurrence taken as the rows are cleared is the new chunk's first row (below).
-        accept = self.i.valid & ~self.probe & output_free & (known | room)
-        with m.If(accept if registered else ~self.clear & accept):
+        with m.If(~self.clear & self.i.valid & ~self.probe & output_free & (known | room)):
             m.d.comb += self.i.ready.eq(1)
             m.d.sync += self.o.valid.eq(1)
             if not registered:
@@ -202,12 +196,6 @@ class UniqueRows(wiring.Component):
                 m.d.sync += [self.o.payload.fresh.eq(~hit),
                              self.o.payload.slot.eq(Mux(hit, hit_slot, count))]
         if registered:
-            # An occurrence taken as the rows are cleared (`o` is then free) was compared with
-            # the old chunk's keys: it is a new row of the new chunk. `clear` is the register's
-            # synchronous reset, over its enable, not a LUT behind the comparisons (as one it
-            # was a level more into `held_hit`, 10.29 -> 11.68 ns estimated).
-            with m.If(self.clear):
-                m.d.sync += held_hit.eq(0)
             # (`count` does not change while the occurrence waits in `o`.)
             m.d.comb += [self.o.payload.fresh.eq(~held_hit),
                          self.o.payload.slot.eq(Mux(held_hit, held_slot, count))]

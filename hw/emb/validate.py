@@ -61,8 +61,7 @@ def first_set(m, bits, *, name):
 def error_record(m, error, fields, *, stops, start, registered, recording):
     """The statements that record an error: ``fields`` (name: value) into ``error`` as the
     judgement ``stops`` the walk, or, ``registered``, a cycle later from registers loaded
-    with them every cycle (``recording`` is set that cycle; a ``start`` then cancels the record
-    through :func:`clear_error`, which the caller puts after these statements).
+    with them every cycle (``recording`` is set that cycle; ``start`` cancels the record).
     Returns the statements for the judgement's cycle (none when ``registered``) and, when
     ``registered``, the registers and whether they are recorded this cycle."""
     if not registered:
@@ -70,21 +69,10 @@ def error_record(m, error, fields, *, stops, start, registered, recording):
     recorded = Signal.like(error, name="recorded_error")
     m.d.sync += [recording.eq(stops & ~start),
                  *(getattr(recorded, name).eq(value) for name, value in fields.items())]
-    # `recording` alone, not `recording & ~start`: the caller's clear at `start` comes after
-    # these statements (:func:`clear_error`), so it wins as a reset over the enable, and the
-    # error's enables are a flip-flop, not the engine's start decode (a ULX3S build's path
-    # from the lookup's control state into the index error's enables, 12.73 ns).
-    records = recording
+    records = recording & ~start
     with m.If(records):
         m.d.sync += error.eq(recorded)
     return [], recorded, records
-
-
-def clear_error(m, error, start):
-    """Clear ``error`` at ``start``: after every other statement that writes it, so that the
-    start takes priority (a synchronous reset over the enables of :func:`error_record`)."""
-    with m.If(start):
-        m.d.sync += error.eq(ERROR_LAYOUT.const({}))
 
 
 def _lanes(line):
@@ -469,7 +457,8 @@ class OffsetsValidator(wiring.Component):
                 by_tables.eq(by_tables_at_start), left.eq(left_at_start),
                 to_table.eq(self.bags), at_table_start.eq(1), table.eq(0), table_entry.eq(0),
                 self.count.eq(0),
-                self.lines_done.eq(0), self.checked.eq(self.first), judge.eq(0),
+                self.lines_done.eq(0), self.error.eq(ERROR_LAYOUT.const({})),
+                self.checked.eq(self.first), judge.eq(0),
             ]
             if self._registered_start:
                 m.d.sync += active.eq(1)   # until settled: `done` waits for it
@@ -535,7 +524,6 @@ class OffsetsValidator(wiring.Component):
                     m.d.sync += taken.eq(0)   # as is the one the walk takes now
             with m.Else():
                 m.d.sync += self.checked.eq(judged_end)
-        clear_error(m, self.error, self.start)
         return m
 
 
@@ -791,8 +779,8 @@ class IndexValidator(wiring.Component):
                 *load_table_end(table_starts[1], given_indices, at=Const(0, 32)),
                 *([following_end.eq(table_starts[2] if self._max_tables >= 2 else 0)]
                   if self._replicated_rows else []),
-                active.eq(given_indices != 0), self.lines_done.eq(0), self.checked.eq(0),
-                judge.eq(0),
+                active.eq(given_indices != 0), self.lines_done.eq(0),
+                self.error.eq(ERROR_LAYOUT.const({})), self.checked.eq(0), judge.eq(0),
             ]
         with m.Elif(active & table_exhausted & ~rows_fresh):
             next_table()
@@ -828,5 +816,4 @@ class IndexValidator(wiring.Component):
                 ]
             with m.Else():
                 m.d.sync += self.checked.eq(judged_end)
-        clear_error(m, self.error, self.start)
         return m

@@ -58,10 +58,9 @@ async def read_burst(ctx, axi, address, length, *, ident=2):
     return beats
 
 
-@pytest.mark.parametrize("registered", [False, True])
-def test_initial_contents_bursts_and_byte_strobes(registered):
+def test_initial_contents_bursts_and_byte_strobes():
     init = [line(k) for k in range(6)]
-    bram = AxiBram(depth=8, init=init, addr_width=12, id_width=3, registered_read=registered)
+    bram = AxiBram(depth=8, init=init, addr_width=12, id_width=3)
     seen = {}
 
     async def testbench(ctx):
@@ -79,12 +78,11 @@ def test_initial_contents_bursts_and_byte_strobes(registered):
     assert seen["after"] == [(6, ONES, 0), (6, partial, 0)]
 
 
-@pytest.mark.parametrize("registered", [False, True])
-def test_a_read_right_after_the_b_response_sees_the_write(registered):
+def test_a_read_right_after_the_b_response_sees_the_write():
     """The write lands a cycle after its W beat (from registers), but never after its B
     response: a read whose AR follows the B handshake at once returns the new data."""
     init = [line(k) for k in range(4)]
-    bram = AxiBram(depth=4, init=init, addr_width=12, id_width=2, registered_read=registered)
+    bram = AxiBram(depth=4, init=init, addr_width=12, id_width=2)
     seen = []
 
     async def testbench(ctx):
@@ -118,10 +116,8 @@ def test_a_read_right_after_the_b_response_sees_the_write(registered):
     assert seen == [[(k, ONES ^ k, 0)] for k in range(4)]
 
 
-@pytest.mark.parametrize("registered", [False, True])
-def test_beats_outside_the_memory_are_decode_errors(registered):
-    bram = AxiBram(depth=3, init=[line(0), line(1), line(2)], addr_width=12, id_width=1,
-                   registered_read=registered)
+def test_beats_outside_the_memory_are_decode_errors():
+    bram = AxiBram(depth=3, init=[line(0), line(1), line(2)], addr_width=12, id_width=1)
     seen = {}
 
     async def testbench(ctx):
@@ -149,19 +145,16 @@ def test_parameters_are_validated():
     with pytest.raises(ValueError, match=r"^Initial line 1 must be an unsigned integer of 512 "
                                          r"bits$"):
         AxiBram(depth=2, init=[0, -1])
-    with pytest.raises(TypeError, match=r"^Registered read must be True or False, not 1$"):
-        AxiBram(depth=2, registered_read=1)
 
 
-@pytest.mark.parametrize("registered", [False, True])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_reads_under_random_back_pressure_keep_every_beat_in_order(seed, registered):
+def test_reads_under_random_back_pressure_keep_every_beat_in_order(seed):
     """Bursts queue up behind each other while the manager takes beats at random: the beats
     read ahead wait in their slots, none is lost, repeated or reordered, and with `rready`
     held high the queue gives a beat every cycle."""
     rng = random.Random(seed)
     init = [line(k) for k in range(16)]
-    bram = AxiBram(depth=16, init=init, addr_width=12, id_width=2, registered_read=registered)
+    bram = AxiBram(depth=16, init=init, addr_width=12, id_width=2)
     bursts = [(rng.randrange(16), rng.randrange(1, 5), k % 4) for k in range(12)]
     expected = [(ident, init[(first + n) % 16] if first + n < 16 else 0,
                  0 if first + n < 16 else 3, n == length - 1)
@@ -194,41 +187,9 @@ def test_reads_under_random_back_pressure_keep_every_beat_in_order(seed, registe
     assert seen == expected
 
 
-@pytest.mark.parametrize("registered", [False, True])
-def test_beats_held_back_by_rready_leave_once_each(registered):
-    """`rready` low while a burst is read: the beats wait (in the block RAM's output, and
-    with `registered_read` in the output register too) and, once taken, each leaves once,
-    and nothing follows the last."""
-    init = [line(k) for k in range(8)]
-    bram = AxiBram(depth=8, init=init, addr_width=12, id_width=1, registered_read=registered)
-    seen = []
-
-    async def testbench(ctx):
-        axi = bram.axi
-        for first, length, wait in ((5, 1, 6), (1, 3, 6), (4, 2, 1)):
-            ctx.set(axi.araddr, first * 64)
-            ctx.set(axi.arlen, length - 1)
-            ctx.set(axi.arvalid, 1)
-            await ctx.tick().until(axi.arready)
-            ctx.set(axi.arvalid, 0)
-            await ctx.tick().repeat(wait)
-            ctx.set(axi.rready, 1)
-            for _ in range(length + 6):
-                _, _, valid, data, last = await ctx.tick().sample(axi.rvalid, axi.rdata,
-                                                                   axi.rlast)
-                if valid:
-                    seen.append((data, last))
-            ctx.set(axi.rready, 0)
-
-    run(bram, testbench)
-    assert seen == [(init[5], 1), (init[1], 0), (init[2], 0), (init[3], 1), (init[4], 0),
-                    (init[5], 1)]
-
-
-@pytest.mark.parametrize("registered", [False, True])
-def test_a_streaming_read_gives_a_beat_every_cycle(registered):
+def test_a_streaming_read_gives_a_beat_every_cycle():
     init = [line(k) for k in range(16)]
-    bram = AxiBram(depth=16, init=init, addr_width=12, id_width=1, registered_read=registered)
+    bram = AxiBram(depth=16, init=init, addr_width=12, id_width=1)
     cycles = {}
 
     async def testbench(ctx):
@@ -256,13 +217,12 @@ def test_a_streaming_read_gives_a_beat_every_cycle(registered):
     assert cycles["first"] == bram.read_latency + 1, cycles
 
 
-@pytest.mark.parametrize("registered", [False, True])
-def test_queued_bursts_follow_each_other_without_a_gap(registered):
+def test_queued_bursts_follow_each_other_without_a_gap():
     """With `rready` held high, a burst waiting behind the head moves up as the head's last beat
     issues: the beats of back-to-back bursts come one a cycle, the second burst's first beat
     right after the first's last."""
     init = [line(k) for k in range(16)]
-    bram = AxiBram(depth=16, init=init, addr_width=12, id_width=2, registered_read=registered)
+    bram = AxiBram(depth=16, init=init, addr_width=12, id_width=2)
     bursts = [(3, 2, 1), (9, 2, 2), (14, 3, 3)]  # the last runs past the end
     seen = []
 
@@ -295,11 +255,10 @@ def test_queued_bursts_follow_each_other_without_a_gap(registered):
         (3, init[14], 0, 0), (3, init[15], 0, 0), (3, 0, 3, 1)]
 
 
-@pytest.mark.parametrize("registered", [False, True])
-def test_a_burst_past_the_end_of_the_address_space_does_not_wrap(registered):
+def test_a_burst_past_the_end_of_the_address_space_does_not_wrap():
     """The beat after the address space's last line is outside the memory, not line 0."""
     init = [line(k) for k in range(64)]
-    bram = AxiBram(depth=64, init=init, addr_width=12, id_width=1, registered_read=registered)
+    bram = AxiBram(depth=64, init=init, addr_width=12, id_width=1)
     seen = {}
 
     async def testbench(ctx):

@@ -509,62 +509,6 @@ def test_offsets_validator_stops_at_the_first_of_close_problems(registered_windo
 
 
 @REGISTERED_WINDOW
-def test_offsets_validator_start_cancels_an_error_still_to_be_recorded(registered_window,
-                                                                       decide_ahead,
-                                                                       registered_start):
-    """With ``registered_error`` the error (and its bag) is recorded the cycle after it is
-    judged; a ``start`` in that cycle (or any other) clears it: the error reads NONE the cycle
-    after every start, and the next walk names its own error and bag."""
-    dut = OffsetsValidator(max_tables=8, registered_window=registered_window,
-                           decide_ahead=decide_ahead, registered_start=registered_start,
-                           registered_error=True)
-    bags, tables = 13, 3
-    first = list(range(bags * tables + 1))
-    first[5] = 2            # decreasing, in the first line
-    second = list(range(bags * tables + 1))
-    second[30] = 100        # past the end, table 2's bag 4
-    results = []
-
-    def job(ctx):
-        ctx.set(dut.mode, OffsetsMode.CHECK)
-        ctx.set(dut.capture, 1)
-        ctx.set(dut.first, 0)
-        ctx.set(dut.end, len(first))
-        ctx.set(dut.bags, bags)
-        ctx.set(dut.tables, tables)
-        ctx.set(dut.num_indices, bags * tables)
-
-    async def testbench(ctx):
-        job(ctx)
-        for delay in range(12):
-            ctx.set(dut.start, 1)
-            await ctx.tick()
-            ctx.set(dut.start, 0)
-            # Lines every cycle, then the next start `delay` cycles in, whatever was judged.
-            lines = lines_of(first)
-            ctx.set(dut.lines.valid, 1)
-            for _ in range(delay):
-                ctx.set(dut.lines.payload, lines[0])
-                _, _, taken = await ctx.tick().sample(dut.lines.ready)
-                if taken and len(lines) > 1:
-                    lines.pop(0)
-            ctx.set(dut.lines.valid, 0)
-            ctx.set(dut.start, 1)
-            await ctx.tick()
-            ctx.set(dut.start, 0)
-            cleared = ctx.get(dut.error.code)
-            (error,), _, _ = await feed_until_done(ctx, dut, lines_of(second),
-                                                   random.Random(delay), watch=[dut.error])
-            results.append((cleared, {"code": error.code, "table": error.table,
-                                      "bag": error.bag, "position": error.position}))
-
-    simulate(dut, testbench)
-    for cleared, error in results:
-        assert cleared == ErrorCode.NONE
-        assert error == offsets_reference(second, bags, bags * tables)
-
-
-@REGISTERED_WINDOW
 def test_offsets_validator_checked_follows_the_walk_by_its_latency(registered_window, decide_ahead,
                                                                    registered_start):
     dut = OffsetsValidator(max_tables=8, registered_window=registered_window,
@@ -786,52 +730,6 @@ def test_index_validator_names_position_and_table(replicated_rows, registered_er
             assert taken_lines == lines_done == lines, (indices, starts, rows)
         else:
             assert highest_checked <= expected["position"], (indices, starts, rows)
-
-
-def test_index_validator_start_cancels_an_error_still_to_be_recorded():
-    """With ``registered_error`` an error is recorded the cycle after it is judged; a ``start``
-    in that cycle (or any other) clears it: the error reads NONE the cycle after every start,
-    and the next walk names its own error."""
-    dut = IndexValidator(max_tables=4, addr_width=32, replicated_rows=True,
-                         registered_error=True)
-    rows = [6, 6]
-    starts = [0, 20, 40]
-    first = [1] * 40
-    first[3] = 6            # table 0's error, judged a few cycles into the walk
-    second = [2] * 40
-    second[33] = 7          # table 1's
-    results = []
-
-    async def testbench(ctx):
-        for delay in range(10):
-            _set_index_job(ctx, dut, first, starts, rows)
-            await ctx.tick()
-            ctx.set(dut.start, 1)
-            await ctx.tick()
-            ctx.set(dut.start, 0)
-            # Lines every cycle, then the next start `delay` cycles in, whatever was judged.
-            lines = lines_of(first)
-            ctx.set(dut.lines.valid, 1)
-            for _ in range(delay):
-                ctx.set(dut.lines.payload, lines[0])
-                _, _, taken = await ctx.tick().sample(dut.lines.ready)
-                if taken and len(lines) > 1:
-                    lines.pop(0)
-            ctx.set(dut.lines.valid, 0)
-            _set_index_job(ctx, dut, second, starts, rows)
-            ctx.set(dut.start, 1)
-            await ctx.tick()
-            ctx.set(dut.start, 0)
-            cleared = ctx.get(dut.error.code)
-            (error,), _, _ = await feed_until_done(ctx, dut, lines_of(second),
-                                                   random.Random(delay), watch=[dut.error])
-            results.append((cleared, {"code": error.code, "table": error.table,
-                                      "position": error.position}))
-
-    simulate(dut, testbench)
-    for cleared, error in results:
-        assert cleared == ErrorCode.NONE
-        assert error == index_reference(second, starts, rows)
 
 
 def test_index_validator_reset_mid_walk_then_a_new_command():

@@ -199,46 +199,6 @@ def test_unique_rows_key_reads_back_the_cycle_after_it_is_taken(registered_accep
     assert seen == [(1, 1, 10), (2, 2, 20), (2, 2, 20), (3, 3, 30)]
 
 
-@pytest.mark.parametrize("registered_accept", [False, True], ids=["compared", "registered"])
-def test_unique_rows_occurrence_offered_at_clear_starts_the_new_chunk(registered_accept):
-    """An occurrence offered in the cycle the rows are cleared, its key one of the old chunk's,
-    is the new chunk's first row (slot 0, fresh): with ``registered_accept`` taken in that
-    cycle (``clear`` does not reach ``i.ready``), without it the cycle after."""
-    dut = UniqueRows(capacity=4, table_width=2, payload_shape=1,
-                     registered_accept=registered_accept)
-    seen = []
-
-    async def testbench(ctx):
-        ctx.set(dut.o.ready, 1)
-
-        async def offer(row, clear=0):
-            ctx.set(dut.i.payload.row, row)
-            ctx.set(dut.i.valid, 1)
-            ctx.set(dut.clear, clear)
-            await ctx.delay(0)
-            taken_at_once = ctx.get(dut.i.ready)
-            await ctx.tick()
-            ctx.set(dut.clear, 0)
-            if not taken_at_once:
-                await ctx.tick().until(dut.i.ready)
-            ctx.set(dut.i.valid, 0)
-            _, _, slot, fresh = await ctx.tick().sample(dut.o.payload.slot,
-                                                        dut.o.payload.fresh)
-            seen.append((row, slot, fresh))
-            return taken_at_once
-
-        for row in (10, 20, 30):
-            await offer(row)
-        assert ctx.get(dut.count) == 3
-        assert await offer(20, clear=1) == registered_accept
-        for row in (10, 20):
-            await offer(row)
-        assert ctx.get(dut.count) == 2
-
-    simulate(dut, testbench, deadline=200)
-    assert seen == [(10, 0, 1), (20, 1, 1), (30, 2, 1), (20, 0, 1), (10, 1, 1), (20, 0, 0)]
-
-
 @pytest.mark.parametrize("registered_request", [False, True], ids=["direct", "skid"])
 def test_line_requester_asks_for_each_line_once(registered_request):
     """Each run asks for its ``lines`` addresses from ``base`` under random back-pressure, none
