@@ -58,6 +58,20 @@ async def read_burst(ctx, axi, address, length, *, ident=2):
     return beats
 
 
+def issue_reads(bram, bursts):
+    """A testbench that hands ``bursts`` (first line, length, ID) to AR, one after another."""
+    async def addresses(ctx):
+        axi = bram.axi
+        for first, length, ident in bursts:
+            ctx.set(axi.arid, ident)
+            ctx.set(axi.araddr, first * 64)
+            ctx.set(axi.arlen, length - 1)
+            ctx.set(axi.arvalid, 1)
+            await ctx.tick().until(axi.arready)
+        ctx.set(axi.arvalid, 0)
+    return addresses
+
+
 def test_initial_contents_bursts_and_byte_strobes():
     init = [line(k) for k in range(6)]
     bram = AxiBram(depth=8, init=init, addr_width=12, id_width=3)
@@ -162,16 +176,6 @@ def test_reads_under_random_back_pressure_keep_every_beat_in_order(seed):
     seen = []
     print(f"seed {seed}")
 
-    async def addresses(ctx):
-        axi = bram.axi
-        for first, length, ident in bursts:
-            ctx.set(axi.arid, ident)
-            ctx.set(axi.araddr, first * 64)
-            ctx.set(axi.arlen, length - 1)
-            ctx.set(axi.arvalid, 1)
-            await ctx.tick().until(axi.arready)
-        ctx.set(axi.arvalid, 0)
-
     async def beats(ctx):
         axi = bram.axi
         while len(seen) < len(expected):
@@ -183,7 +187,7 @@ def test_reads_under_random_back_pressure_keep_every_beat_in_order(seed):
                 seen.append((rid, data if resp == 0 else 0, resp, last))
         ctx.set(axi.rready, 0)
 
-    run(bram, addresses, beats)
+    run(bram, issue_reads(bram, bursts), beats)
     assert seen == expected
 
 
@@ -226,16 +230,6 @@ def test_queued_bursts_follow_each_other_without_a_gap():
     bursts = [(3, 2, 1), (9, 2, 2), (14, 3, 3)]  # the last runs past the end
     seen = []
 
-    async def addresses(ctx):
-        axi = bram.axi
-        for first, length, ident in bursts:
-            ctx.set(axi.arid, ident)
-            ctx.set(axi.araddr, first * 64)
-            ctx.set(axi.arlen, length - 1)
-            ctx.set(axi.arvalid, 1)
-            await ctx.tick().until(axi.arready)
-        ctx.set(axi.arvalid, 0)
-
     async def beats(ctx):
         axi = bram.axi
         ctx.set(axi.rready, 1)
@@ -247,7 +241,7 @@ def test_queued_bursts_follow_each_other_without_a_gap():
             if valid:
                 seen.append((cycle, rid, data if resp == 0 else 0, resp, last))
 
-    run(bram, addresses, beats)
+    run(bram, issue_reads(bram, bursts), beats)
     first = seen[0][0]
     assert [c - first for c, *_ in seen] == list(range(7))
     assert [tuple(beat) for _, *beat in seen] == [

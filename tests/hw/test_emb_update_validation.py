@@ -126,6 +126,15 @@ def test_checker_region_ends_to_the_line(registered):
     assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
 
 
+def _table_region_ending_at(scenario, table):
+    """The scenario with its table region ending where ``table`` ends (inside), and one line
+    short of that (out)."""
+    end = scenario.table_bases[table] + scenario.tables[table].nbytes
+    ((base, _, enable), buffers_region, disabled) = scenario.regions
+    return [corrupted(scenario, regions=[(base, size, enable), buffers_region, disabled])
+            for size in (end - base, end - base - 64)]
+
+
 @pytest.mark.parametrize("registered", [False, True], ids=["combinational", "registered"])
 def test_checker_table_extents_to_the_line(registered):
     """A table of 2 or 8 lines a row (dim 32 or 128) that ends exactly at its region's end is
@@ -138,11 +147,7 @@ def test_checker_table_extents_to_the_line(registered):
         dim = scenario.dims[last]
         if dim < 32:
             continue
-        end = scenario.table_bases[last] + scenario.tables[last].nbytes
-        ((base, _, enable), buffers_region, disabled) = scenario.regions
-        for size in (end - base, end - base - 64):
-            cases.append(corrupted(scenario, regions=[(base, size, enable), buffers_region,
-                                                      disabled]))
+        cases += _table_region_ending_at(scenario, last)
     seen = _check_commands(cases, registered=registered)
     assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
 
@@ -159,11 +164,7 @@ def test_checker_table_extents_of_odd_line_counts(registered):
                                    rows=(1, 30), bags=(0, 3), bag_length=(0, 3),
                                    specials=False)
         last = max(range(len(scenario.tables)), key=lambda t: scenario.table_bases[t])
-        end = scenario.table_bases[last] + scenario.tables[last].nbytes
-        ((base, _, enable), buffers_region, disabled) = scenario.regions
-        for size in (end - base, end - base - 64):
-            cases.append(corrupted(scenario, regions=[(base, size, enable), buffers_region,
-                                                      disabled]))
+        cases += _table_region_ending_at(scenario, last)
     seen = _check_commands(cases, registered=registered)
     assert seen == {ErrorCode.NONE, ErrorCode.ADDRESS_OUT_OF_REGION}
 
